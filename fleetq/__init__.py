@@ -1,0 +1,3 @@
+"""fleetq: a fleet job queue on PostgreSQL."""
+
+__version__ = "0.1.0"

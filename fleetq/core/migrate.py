@@ -1,0 +1,187 @@
+"""Forward-only, checksummed schema migrations.
+
+Why each rule:
+- Files are `NNNN_description.sql`, applied in order, each in its own transaction, so a
+  failing migration leaves the database at the last good version, never half-way.
+- Runs hold a session advisory lock, so two `fleetq migrate` started at once apply each
+  migration exactly once: the second waits, then finds nothing pending.
+- Each applied file's sha256 is recorded; a changed file is refused, because the schema
+  it describes is no longer the schema the database has.
+- Processes that use the queue (runner, console) call `check_schema` and refuse to start
+  on a schema that is behind or ahead of their code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+
+import psycopg
+from pydantic import BaseModel, ConfigDict
+
+from fleetq.core.errors import MigrationChecksumMismatch, MigrationError, SchemaOutOfDate
+from fleetq.core.resources import shipped_dir
+
+# pg_advisory_lock key for migrations: an arbitrary constant, shared by every fleetq.
+MIGRATION_LOCK_KEY = 0x666C_6565_7471  # "fleetq"
+_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+_BOOTSTRAP = b"""
+CREATE SCHEMA IF NOT EXISTS fleetq;
+CREATE TABLE IF NOT EXISTS fleetq.schema_migrations (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    checksum    text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+"""
+
+
+class Migration(BaseModel):
+    """One migration file."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    name: str
+    path: Path
+    checksum: str
+
+    def sql(self) -> bytes:
+        """The file's bytes, exactly those that were checksummed."""
+        return self.path.read_bytes()
+
+
+class MigrationState(StrEnum):
+    """Where a migration stands in one database."""
+
+    APPLIED = "applied"
+    PENDING = "pending"
+    CHANGED = "changed"  # applied, but the file differs now: refused until restored
+    UNKNOWN = "unknown"  # applied by a newer fleetq: this code does not have the file
+
+
+class MigrationStatus(BaseModel):
+    """One row of `fleetq migrate --status`."""
+
+    version: int
+    name: str
+    state: MigrationState
+    applied_at: datetime | None = None
+
+
+def discover(directory: Path | None = None) -> list[Migration]:
+    """The migration files in order; a misnamed file or a gap in numbering is an error,
+    because it would silently reorder the schema's history."""
+    directory = directory or shipped_dir("migrations")
+    found: list[Migration] = []
+    for path in sorted(directory.glob("*.sql")):
+        match = _NAME.match(path.name)
+        if match is None:
+            raise MigrationError(f"{path.name}: migration files are named NNNN_description.sql")
+        checksum = hashlib.sha256(path.read_bytes()).hexdigest()
+        found.append(Migration(version=int(match[1]), name=path.name, path=path, checksum=checksum))
+    for expected, migration in enumerate(found, start=1):
+        if migration.version != expected:
+            raise MigrationError(
+                f"{migration.name}: expected migration {expected:04d} here (numbering has a gap "
+                "or a duplicate)"
+            )
+    return found
+
+
+def migrate(dsn: str, directory: Path | None = None) -> list[Migration]:
+    """Apply every pending migration; return those applied (empty when up to date)."""
+    migrations = discover(directory)
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+        try:
+            conn.execute(_BOOTSTRAP)
+            applied = _applied(conn)
+            _verify(migrations, applied)
+            pending = [m for m in migrations if m.version not in applied]
+            for migration in pending:
+                _apply(conn, migration)
+            return pending
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
+
+
+def status(dsn: str, directory: Path | None = None) -> list[MigrationStatus]:
+    """Every known and applied migration with its state, oldest first."""
+    migrations = discover(directory)
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        applied = _applied(conn) if _has_table(conn) else {}
+    rows: list[MigrationStatus] = []
+    for m in migrations:
+        record = applied.get(m.version)
+        if record is None:
+            rows.append(MigrationStatus(version=m.version, name=m.name, state=MigrationState.PENDING))
+            continue
+        state = MigrationState.APPLIED if record[1] == m.checksum else MigrationState.CHANGED
+        rows.append(MigrationStatus(version=m.version, name=m.name, state=state, applied_at=record[2]))
+    known = {m.version for m in migrations}
+    rows += [
+        MigrationStatus(version=v, name=name, state=MigrationState.UNKNOWN, applied_at=at)
+        for v, (name, _, at) in sorted(applied.items())
+        if v not in known
+    ]
+    return rows
+
+
+def check_schema(applied_versions: list[int], directory: Path | None = None) -> None:
+    """Raise `SchemaOutOfDate` unless the database has exactly this code's migrations.
+
+    Takes the applied versions (not a connection) so asyncpg and psycopg callers share it.
+    """
+    expected = len(discover(directory))
+    found = max(applied_versions, default=0)
+    if found != expected or len(set(applied_versions)) != found:
+        raise SchemaOutOfDate(expected=expected, found=found)
+
+
+def applied_versions_sync(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
+    """The applied versions, read with psycopg (empty on a database never migrated)."""
+    if not _has_table(conn):
+        return []
+    return [int(str(v)) for (v,) in conn.execute("SELECT version FROM fleetq.schema_migrations")]
+
+
+def _has_table(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+    row = conn.execute("SELECT to_regclass('fleetq.schema_migrations') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def _applied(conn: psycopg.Connection[tuple[object, ...]]) -> dict[int, tuple[str, str, datetime]]:
+    cursor = conn.execute("SELECT version, name, checksum, applied_at FROM fleetq.schema_migrations")
+    return {int(str(v)): (str(n), str(c), a) for v, n, c, a in cursor}  # type: ignore[misc]
+
+
+def _verify(migrations: list[Migration], applied: dict[int, tuple[str, str, datetime]]) -> None:
+    for m in migrations:
+        record = applied.get(m.version)
+        if record is not None and record[1] != m.checksum:
+            raise MigrationChecksumMismatch(m.version, m.name, record[1], m.checksum)
+    newest_known = len(migrations)
+    if applied and max(applied) > newest_known:
+        raise SchemaOutOfDate(expected=newest_known, found=max(applied))
+
+
+def _apply(conn: psycopg.Connection[tuple[object, ...]], migration: Migration) -> None:
+    try:
+        with conn.transaction():
+            conn.execute(migration.sql())
+            conn.execute(
+                "INSERT INTO fleetq.schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                [migration.version, migration.name, migration.checksum],
+            )
+    except psycopg.Error as exc:
+        raise MigrationError(f"{migration.name} failed and was rolled back: {exc}") from exc
+
+
+def require_current(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Refuse to work on a database whose schema is not this code's (names the fix)."""
+    check_schema(applied_versions_sync(conn))

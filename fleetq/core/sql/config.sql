@@ -1,0 +1,71 @@
+-- Declarative fleet configuration (`fleetq apply`): upserts only, so applying a file
+-- twice changes nothing and entries not in the file are left alone.
+
+-- name: config_upsert_setting
+-- $1 name, $2 value (jsonb)
+INSERT INTO fleetq.settings (name, value) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, updated_at = clock_timestamp()
+WHERE fleetq.settings.value IS DISTINCT FROM EXCLUDED.value;
+
+-- name: config_upsert_lane
+-- $1 name, $2 description
+INSERT INTO fleetq.lanes (name, description) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description, updated_at = clock_timestamp()
+WHERE fleetq.lanes.description IS DISTINCT FROM EXCLUDED.description;
+
+-- name: config_upsert_identity
+-- $1 name, $2 role
+INSERT INTO fleetq.identities (name, role) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET role = EXCLUDED.role, updated_at = clock_timestamp()
+WHERE fleetq.identities.role IS DISTINCT FROM EXCLUDED.role;
+
+-- name: config_upsert_project
+-- $1 name, $2 repository, $3 release_gate, $4 description
+INSERT INTO fleetq.projects (name, repository, release_gate, description)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (name) DO UPDATE SET
+    repository = EXCLUDED.repository,
+    release_gate = EXCLUDED.release_gate,
+    description = EXCLUDED.description,
+    updated_at = clock_timestamp()
+WHERE (fleetq.projects.repository, fleetq.projects.release_gate, fleetq.projects.description)
+    IS DISTINCT FROM (EXCLUDED.repository, EXCLUDED.release_gate, EXCLUDED.description);
+
+-- name: config_upsert_operation
+-- $1 project, $2 name, $3 lane, $4 command, $5 handler, $6 capabilities,
+-- $7 memory_mb, $8 cpu_millis, $9 timeout_s
+INSERT INTO fleetq.operations
+    (project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (project, name) DO UPDATE SET
+    lane = EXCLUDED.lane,
+    command = EXCLUDED.command,
+    handler = EXCLUDED.handler,
+    capabilities = EXCLUDED.capabilities,
+    memory_mb = EXCLUDED.memory_mb,
+    cpu_millis = EXCLUDED.cpu_millis,
+    timeout_s = EXCLUDED.timeout_s,
+    updated_at = clock_timestamp()
+WHERE (fleetq.operations.lane, fleetq.operations.command, fleetq.operations.handler,
+       fleetq.operations.capabilities, fleetq.operations.memory_mb,
+       fleetq.operations.cpu_millis, fleetq.operations.timeout_s)
+    IS DISTINCT FROM
+      (EXCLUDED.lane, EXCLUDED.command, EXCLUDED.handler, EXCLUDED.capabilities,
+       EXCLUDED.memory_mb, EXCLUDED.cpu_millis, EXCLUDED.timeout_s);
+
+-- name: config_lane_names
+-- The lanes already registered, so a file may name lanes it does not declare.
+SELECT name FROM fleetq.lanes ORDER BY name;
+
+-- name: config_summary
+-- What the fleet configuration holds now, one row per kind.
+SELECT 'lanes' AS kind, count(*) AS n FROM fleetq.lanes
+UNION ALL SELECT 'projects', count(*) FROM fleetq.projects
+UNION ALL SELECT 'operations', count(*) FROM fleetq.operations
+UNION ALL SELECT 'identities', count(*) FROM fleetq.identities;
+
+-- name: config_operations
+-- Every operation with its requirements, for listings.
+SELECT project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s
+FROM fleetq.operations
+ORDER BY project, name;

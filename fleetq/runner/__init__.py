@@ -1,0 +1,1 @@
+"""`fleetq-runner`: claims, stages, runs and reports jobs on one node (arrives with its issue)."""
