@@ -37,11 +37,21 @@ def _demo(args: argparse.Namespace) -> int:
     with connect(dsn) as conn:
         summary = config.apply(conn, config.load(example), source=example)
         ops = config.operations(conn)
-    print(f"3/3 config: {example.name} applied (" +
-          ", ".join(f"{n} {k}" for k, n in summary.totals.items()) + ")\n")
+    print(
+        f"3/3 config: {example.name} applied ("
+        + ", ".join(f"{n} {k}" for k, n in summary.totals.items())
+        + ")\n"
+    )
     rows = [
-        [o.project, o.name, o.lane, o.runs, ",".join(o.capabilities), o.memory_mb,
-         f"{o.cpu_millis / 1000:g}"]
+        [
+            o.project,
+            o.name,
+            o.lane,
+            o.runs,
+            ",".join(o.capabilities),
+            o.memory_mb,
+            f"{o.cpu_millis / 1000:g}",
+        ]
         for o in ops
     ]
     print(table(["project", "operation", "lane", "runs", "needs", "memory MB", "cpus"], rows))

@@ -21,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"fleetq {__version__}")
     parser.add_argument(
-        "--dsn", help="PostgreSQL connection string (default: $FLEETQ_DSN, else the embedded server)"
+        "--dsn",
+        help="PostgreSQL connection string (default: $FLEETQ_DSN, else the embedded server)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

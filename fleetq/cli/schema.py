@@ -42,8 +42,12 @@ def _migrate(args: argparse.Namespace) -> int:
         if args.json:
             emit_json(rows)
         else:
-            print(table(["version", "name", "state", "applied at"],
-                        [[f"{r.version:04d}", r.name, r.state, r.applied_at] for r in rows]))
+            print(
+                table(
+                    ["version", "name", "state", "applied at"],
+                    [[f"{r.version:04d}", r.name, r.state, r.applied_at] for r in rows],
+                )
+            )
         return 0 if all(r.state == migrate.MigrationState.APPLIED for r in rows) else 1
     with wrap_errors():
         applied = migrate.migrate(dsn)

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Annotated, Literal, Self
 
 from psycopg.types.json import Jsonb
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from fleetq.core import queries
 from fleetq.core.db import SyncConnection
@@ -168,7 +175,9 @@ def apply(conn: SyncConnection, config: FleetConfig, *, source: Path) -> ApplySu
                 [name, project.repository, project.release_gate, project.description],
             )
             for op_name, op in project.operations.items():
-                changed["operations"] += _write(conn, "config_upsert_operation", _op_row(name, op_name, op))
+                changed["operations"] += _write(
+                    conn, "config_upsert_operation", _op_row(name, op_name, op)
+                )
         totals = {str(k): int(n) for k, n in conn.execute(queries.sql("config_summary"))}
     return ApplySummary(changed=changed, totals=totals)
 

@@ -11,8 +11,10 @@ import contextlib
 import os
 from collections.abc import Iterator
 from typing import TypeAlias
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import TupleRow
 
 from fleetq.core.errors import ConnectionFailed, FleetqError
@@ -34,6 +36,14 @@ def resolve_dsn(explicit: str | None = None) -> str:
     dsn = EmbeddedServer().ensure_running().dsn
     assert dsn is not None  # ensure_running raises when it cannot provide one
     return dsn
+
+
+def with_database(dsn: str, database: str) -> str:
+    """The same server, another database (URI or key=value DSNs alike)."""
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        return urlunsplit(parts._replace(path="/" + quote(database, safe="")))
+    return make_conninfo(dsn, dbname=database)
 
 
 @contextlib.contextmanager

@@ -285,7 +285,8 @@ class EmbeddedServer:
         except subprocess.CalledProcessError as exc:
             detail = (exc.stderr or exc.stdout or "").strip()
             raise EmbeddedServerError(
-                f"{argv[0]} failed (exit {exc.returncode}): {detail}; server log: {self._log_file()}"
+                f"{argv[0]} failed (exit {exc.returncode}): {detail}; "
+                f"server log: {self._log_file()}"
             ) from exc
         except subprocess.TimeoutExpired as exc:
             raise EmbeddedServerError(f"{argv[0]} timed out; see {self._log_file()}") from exc
@@ -399,4 +400,3 @@ def _check_traversable(home: Path) -> None:
                 f"(mode {stat.filemode(parent.stat().st_mode)}); set FLEETQ_HOME to a "
                 "directory outside it"
             )
-

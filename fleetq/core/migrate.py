@@ -22,22 +22,14 @@ from pathlib import Path
 import psycopg
 from pydantic import BaseModel, ConfigDict
 
+from fleetq.core.db import SyncConnection, connect
 from fleetq.core.errors import MigrationChecksumMismatch, MigrationError, SchemaOutOfDate
+from fleetq.core.queries import sql
 from fleetq.core.resources import shipped_dir
 
 # pg_advisory_lock key for migrations: an arbitrary constant, shared by every fleetq.
 MIGRATION_LOCK_KEY = 0x666C_6565_7471  # "fleetq"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-
-_BOOTSTRAP = b"""
-CREATE SCHEMA IF NOT EXISTS fleetq;
-CREATE TABLE IF NOT EXISTS fleetq.schema_migrations (
-    version     integer PRIMARY KEY,
-    name        text NOT NULL,
-    checksum    text NOT NULL,
-    applied_at  timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-"""
 
 
 class Migration(BaseModel):
@@ -96,10 +88,10 @@ def discover(directory: Path | None = None) -> list[Migration]:
 def migrate(dsn: str, directory: Path | None = None) -> list[Migration]:
     """Apply every pending migration; return those applied (empty when up to date)."""
     migrations = discover(directory)
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+    with connect(dsn, autocommit=True) as conn:
+        conn.execute(sql("migrate_lock"), [MIGRATION_LOCK_KEY])
         try:
-            conn.execute(_BOOTSTRAP)
+            conn.execute(sql("migrate_bootstrap"))
             applied = _applied(conn)
             _verify(migrations, applied)
             pending = [m for m in migrations if m.version not in applied]
@@ -107,22 +99,26 @@ def migrate(dsn: str, directory: Path | None = None) -> list[Migration]:
                 _apply(conn, migration)
             return pending
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
+            conn.execute(sql("migrate_unlock"), [MIGRATION_LOCK_KEY])
 
 
 def status(dsn: str, directory: Path | None = None) -> list[MigrationStatus]:
     """Every known and applied migration with its state, oldest first."""
     migrations = discover(directory)
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+    with connect(dsn, autocommit=True) as conn:
         applied = _applied(conn) if _has_table(conn) else {}
     rows: list[MigrationStatus] = []
     for m in migrations:
         record = applied.get(m.version)
         if record is None:
-            rows.append(MigrationStatus(version=m.version, name=m.name, state=MigrationState.PENDING))
+            rows.append(
+                MigrationStatus(version=m.version, name=m.name, state=MigrationState.PENDING)
+            )
             continue
         state = MigrationState.APPLIED if record[1] == m.checksum else MigrationState.CHANGED
-        rows.append(MigrationStatus(version=m.version, name=m.name, state=state, applied_at=record[2]))
+        rows.append(
+            MigrationStatus(version=m.version, name=m.name, state=state, applied_at=record[2])
+        )
     known = {m.version for m in migrations}
     rows += [
         MigrationStatus(version=v, name=name, state=MigrationState.UNKNOWN, applied_at=at)
@@ -143,21 +139,21 @@ def check_schema(applied_versions: list[int], directory: Path | None = None) -> 
         raise SchemaOutOfDate(expected=expected, found=found)
 
 
-def applied_versions_sync(conn: psycopg.Connection[tuple[object, ...]]) -> list[int]:
+def applied_versions_sync(conn: SyncConnection) -> list[int]:
     """The applied versions, read with psycopg (empty on a database never migrated)."""
     if not _has_table(conn):
         return []
-    return [int(str(v)) for (v,) in conn.execute("SELECT version FROM fleetq.schema_migrations")]
+    return list(_applied(conn))
 
 
-def _has_table(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
-    row = conn.execute("SELECT to_regclass('fleetq.schema_migrations') IS NOT NULL").fetchone()
+def _has_table(conn: SyncConnection) -> bool:
+    row = conn.execute(sql("migrate_has_table")).fetchone()
     return bool(row and row[0])
 
 
-def _applied(conn: psycopg.Connection[tuple[object, ...]]) -> dict[int, tuple[str, str, datetime]]:
-    cursor = conn.execute("SELECT version, name, checksum, applied_at FROM fleetq.schema_migrations")
-    return {int(str(v)): (str(n), str(c), a) for v, n, c, a in cursor}  # type: ignore[misc]
+def _applied(conn: SyncConnection) -> dict[int, tuple[str, str, datetime]]:
+    cursor = conn.execute(sql("migrate_applied"))
+    return {int(v): (str(n), str(c), a) for v, n, c, a in cursor}
 
 
 def _verify(migrations: list[Migration], applied: dict[int, tuple[str, str, datetime]]) -> None:
@@ -170,18 +166,17 @@ def _verify(migrations: list[Migration], applied: dict[int, tuple[str, str, date
         raise SchemaOutOfDate(expected=newest_known, found=max(applied))
 
 
-def _apply(conn: psycopg.Connection[tuple[object, ...]], migration: Migration) -> None:
+def _apply(conn: SyncConnection, migration: Migration) -> None:
     try:
         with conn.transaction():
             conn.execute(migration.sql())
             conn.execute(
-                "INSERT INTO fleetq.schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
-                [migration.version, migration.name, migration.checksum],
+                sql("migrate_record"), [migration.version, migration.name, migration.checksum]
             )
     except psycopg.Error as exc:
         raise MigrationError(f"{migration.name} failed and was rolled back: {exc}") from exc
 
 
-def require_current(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+def require_current(conn: SyncConnection) -> None:
     """Refuse to work on a database whose schema is not this code's (names the fix)."""
     check_schema(applied_versions_sync(conn))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
-from typing import LiteralString, cast
+from typing import LiteralString
 
 from fleetq.core.errors import FleetqError
 
@@ -42,7 +42,7 @@ def sql(name: str) -> LiteralString:
     """The text of the named block. Blocks come from files shipped with the code, never
     from input, which is what makes them safe to treat as literal SQL."""
     try:
-        return cast(LiteralString, _all()[name])
+        return _all()[name]  # LiteralString: shipped with the code, never from input
     except KeyError:
         raise FleetqError(f"no SQL block named {name!r}") from None
 

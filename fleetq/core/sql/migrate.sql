@@ -1,0 +1,33 @@
+-- Schema migrations (`fleetq migrate`). These run before the fleetq schema exists, so
+-- they touch only fleetq.schema_migrations, which the bootstrap creates.
+
+-- name: migrate_lock
+-- Session advisory lock: concurrent migrate runs apply each migration once.
+-- $1 lock key
+SELECT pg_advisory_lock($1);
+
+-- name: migrate_unlock
+-- $1 lock key
+SELECT pg_advisory_unlock($1);
+
+-- name: migrate_bootstrap
+-- Run under migrate_lock, so two first runs cannot race on CREATE ... IF NOT EXISTS.
+CREATE SCHEMA IF NOT EXISTS fleetq;
+CREATE TABLE IF NOT EXISTS fleetq.schema_migrations (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    checksum    text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- name: migrate_has_table
+-- Whether this database was ever migrated.
+SELECT to_regclass('fleetq.schema_migrations') IS NOT NULL;
+
+-- name: migrate_applied
+SELECT version, name, checksum, applied_at FROM fleetq.schema_migrations ORDER BY version;
+
+-- name: migrate_record
+-- In the migration's own transaction, so the record and the change commit together.
+-- $1 version, $2 file name, $3 sha256
+INSERT INTO fleetq.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);

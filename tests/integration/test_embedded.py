@@ -1,0 +1,116 @@
+"""The embedded server: started once, found and reused by other processes, stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from fleetq.core.embedded import EmbeddedServer, parse_listen
+from fleetq.core.errors import EmbeddedServerError
+from tests.conftest import make_home
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A FLEETQ_HOME of the test's own; its server is stopped afterwards."""
+    path = make_home()
+    yield path
+    EmbeddedServer(path).stop()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _fleetq(home: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "FLEETQ_HOME": str(home)}
+    env.pop("FLEETQ_DSN", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "fleetq", *args],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _run(home: Path, *args: str) -> tuple[int, str, str]:
+    proc = _fleetq(home, *args)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+def test_two_processes_start_one_server_and_share_it(home: Path) -> None:
+    procs = [_fleetq(home, "server", "start", "--json") for _ in range(2)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    first, second = (json.loads(out) for out, _ in results)
+    assert first["pid"] == second["pid"]
+    assert first["dsn"] == second["dsn"]
+    with psycopg.connect(first["dsn"]) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("fleetq",)
+
+    code, out, _ = _run(home, "server", "status", "--json")
+    assert code == 0 and json.loads(out)["pid"] == first["pid"]
+
+    code, out, _ = _run(home, "server", "stop")
+    assert (code, out.strip()) == (0, "embedded server stopped")
+    code, out, _ = _run(home, "server", "status")
+    assert code == 3 and "stopped" in out
+    code, out, _ = _run(home, "server", "stop")
+    assert (code, out.strip()) == (0, "embedded server was not running")
+
+
+def test_any_command_starts_the_server_on_first_use(home: Path) -> None:
+    code, out, err = _run(home, "migrate")
+    assert code == 0, err
+    assert "schema up to date" in out
+    assert EmbeddedServer(home).status().running
+
+
+def test_stale_pid_file_is_detected_and_replaced(home: Path) -> None:
+    server = EmbeddedServer(home)
+    server.ensure_running()
+    assert server.stop()
+    # A postmaster.pid left by a crash, naming a pid that is not a postgres process.
+    stale = subprocess.Popen(["sleep", "0"])
+    stale.wait()
+    lines = [str(stale.pid), str(server.pgdata), "0", "5432", str(home / "run"), "", "0", "ready"]
+    (server.pgdata / "postmaster.pid").write_text("\n".join(lines) + "\n")
+    assert not server.status().running
+    status = server.ensure_running()
+    assert status.running and status.pid != stale.pid
+
+
+def test_listen_on_tcp(home: Path) -> None:
+    port = _free_port()
+    status = EmbeddedServer(home).ensure_running(listen=f"127.0.0.1:{port}")
+    assert status.tcp_dsn is not None and status.listen == f"127.0.0.1:{port}"
+    with psycopg.connect(status.tcp_dsn, connect_timeout=10) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    without_password = f"postgresql://postgres@127.0.0.1:{port}/fleetq"
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(without_password, connect_timeout=10)
+    with pytest.raises(EmbeddedServerError, match="already running"):
+        EmbeddedServer(home).ensure_running(listen=f"127.0.0.1:{port + 1}")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("value", ["6543", "host:", ":6543", "host:99999", "host:port"])
+def test_listen_must_be_host_and_port(value: str) -> None:
+    with pytest.raises(EmbeddedServerError, match="HOST:PORT"):
+        parse_listen(value)
