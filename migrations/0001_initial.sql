@@ -137,6 +137,14 @@ CREATE TABLE fleetq.jobs (
     lease_version        bigint NOT NULL DEFAULT 0 CHECK (lease_version >= 0),
     lease_expires_at     timestamptz,
     claim_id             uuid,      -- the client's id for the claim that holds the lease
+    -- The runner whose capacity this job holds. Set by the claim; still set after a
+    -- cancel until that runner confirms the stop ("stop pending"); cleared when released.
+    reserved_on          text REFERENCES fleetq.runners (id),
+    -- Who ended the last lease voluntarily (an outcome or a loss report), so a retry of
+    -- that same write after a lost reply answers "already", not "stale".
+    released_by          text,
+    released_version     bigint,
+    released_kind        text,
     lost_count           smallint NOT NULL DEFAULT 0,   -- explicit losses (requeued once)
     reassign_count       integer NOT NULL DEFAULT 0,    -- lease expiries (capped separately)
     failure_reason       text,      -- e.g. exit, timeout, lost, reassignments_exhausted
@@ -154,6 +162,8 @@ CREATE TABLE fleetq.jobs (
     -- A live lease has an owner and an expiry; nothing else does.
     CHECK ((state IN ('claimed', 'running'))
            = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)),
+    -- A live lease always holds its owner's capacity.
+    CHECK (state NOT IN ('claimed', 'running') OR reserved_on = lease_owner),
     CHECK ((state IN ('succeeded', 'failed', 'cancelled', 'refused')) = (finished_at IS NOT NULL))
 );
 
@@ -171,6 +181,8 @@ CREATE INDEX jobs_lease_owner ON fleetq.jobs (lease_owner)
 -- The result reader and task threads.
 CREATE INDEX jobs_project_commit ON fleetq.jobs (project, commit_sha, operation);
 CREATE INDEX jobs_task ON fleetq.jobs (task_id) WHERE task_id IS NOT NULL;
+CREATE INDEX jobs_reserved_on ON fleetq.jobs (reserved_on) WHERE reserved_on IS NOT NULL;
+CREATE INDEX jobs_claim_id ON fleetq.jobs (claim_id) WHERE claim_id IS NOT NULL;
 
 -- One launch of a job by a runner under one lease version (DESIGN §2). Two executions
 -- of one job whose [launched_at, ended_at) intervals intersect form an overlap window.

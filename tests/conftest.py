@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import psycopg
@@ -24,6 +24,7 @@ import pytest
 
 from fleetq.core import migrate
 from fleetq.core.db import SyncConnection, connect, with_database
+from fleetq.core.driver import Driver, open_driver
 from fleetq.core.embedded import EmbeddedServer
 
 # Test-only settings: durability is not what these tests measure.
@@ -126,3 +127,17 @@ def tx(shared_dsn: str) -> Iterator[SyncConnection]:
             yield conn
         finally:
             conn.rollback()
+
+
+@pytest.fixture
+async def driver(db_dsn: str) -> AsyncIterator[Driver]:
+    """An asyncpg driver on a fresh database (the runner's and console's driver)."""
+    async with open_driver(db_dsn, kind="asyncpg") as drv:
+        yield drv
+
+
+@pytest.fixture
+def sync_conn(db_dsn: str) -> Iterator[SyncConnection]:
+    """An autocommit psycopg connection on the same fresh database, for factories."""
+    with connect(db_dsn, autocommit=True) as conn:
+        yield conn

@@ -54,3 +54,38 @@ class SchemaOutOfDate(FleetqError):
 
 class ConfigError(FleetqError):
     """A fleet configuration file is invalid; nothing was changed."""
+
+
+class QueryTimeout(ConnectionFailed):
+    """The database did not answer in time; the statement may or may not have run."""
+
+
+class StaleLease(FleetqError):
+    """This runner no longer holds the job's lease: the write changed nothing."""
+
+    def __init__(self, job_id: int, token: int, write: str = "write") -> None:
+        self.job_id, self.token, self.write = job_id, token, write
+        super().__init__(
+            f"stale lease: {write} for job {job_id} under fencing token {token} was refused "
+            "(the job was cancelled, expired or claimed again); nothing was changed"
+        )
+
+
+class NotAllowed(FleetqError):
+    """The project or operation is not registered, or not allowed."""
+
+
+class InvalidInput(FleetqError):
+    """The request was refused before it reached the queue."""
+
+
+class IdempotencyConflict(FleetqError):
+    """The idempotency key already names a job with other parameters."""
+
+
+class NotFound(FleetqError):
+    """No such job or runner."""
+
+
+class CapacityConflict(FleetqError):
+    """A runner's declared capacity is below what its live jobs hold."""

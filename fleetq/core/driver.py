@@ -1,0 +1,169 @@
+"""The driver seam: a few async methods, two implementations, errors mapped at the edge.
+
+Runners and the console speak asyncpg; the CLI and producers speak psycopg 3. Both run
+the same `$n` SQL blocks (psycopg through `AsyncRawCursor`), and both return rows as
+plain dicts with JSON already decoded, so everything above this module is driver-blind.
+Every call carries a client timeout: a wedged server surfaces as `QueryTimeout`, never
+as a hang. The classes here hold no business logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, LiteralString, Protocol
+
+import asyncpg
+import psycopg
+from psycopg.rows import dict_row
+
+from fleetq.core import errors
+
+DEFAULT_TIMEOUT_S = 30.0
+
+# SQLSTATEs raised by the functions in migrations/0002_queue_protocol.sql.
+_FLEETQ_STATES: dict[str, type[errors.FleetqError]] = {
+    "FQ001": errors.IdempotencyConflict,
+    "FQ002": errors.NotAllowed,
+    "FQ003": errors.InvalidInput,
+    "FQ004": errors.NotFound,
+    "FQ005": errors.CapacityConflict,
+}
+
+
+class Driver(Protocol):
+    """What the queue needs from a connection."""
+
+    async def fetch(
+        self, query: LiteralString, *args: object, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> list[dict[str, Any]]:
+        """Run one statement; return its rows."""
+        ...
+
+    async def close(self) -> None:
+        """Close the connection."""
+        ...
+
+
+def map_error(exc: BaseException) -> errors.FleetqError | None:
+    """The fleetq error for a driver exception, or None when it is not a database error."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate in _FLEETQ_STATES:
+        return _FLEETQ_STATES[sqlstate](_primary_message(exc))
+    if isinstance(exc, TimeoutError):
+        return errors.QueryTimeout()
+    connection_lost = isinstance(
+        exc,
+        OSError
+        | asyncpg.InterfaceError
+        | asyncpg.PostgresConnectionError
+        | psycopg.OperationalError,
+    ) or (isinstance(sqlstate, str) and sqlstate[:2] in ("08", "57"))
+    if connection_lost:
+        return errors.ConnectionFailed(f"database unreachable or connection lost: {exc}")
+    if isinstance(exc, asyncpg.PostgresError | psycopg.Error):
+        return errors.FleetqError(f"database error: {_primary_message(exc)}")
+    return None
+
+
+@contextlib.contextmanager
+def mapped_errors() -> Iterator[None]:
+    """Re-raise driver exceptions as `core.errors`, with the original chained."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = map_error(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+def _primary_message(exc: BaseException) -> str:
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) or getattr(exc, "message", None)
+    return str(primary or exc)
+
+
+class AsyncpgDriver:
+    """asyncpg, for runners and the console."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+
+    @classmethod
+    async def connect(cls, dsn: str, *, timeout: float = 10.0) -> AsyncpgDriver:
+        """Open a connection with JSON codecs, so rows come back decoded."""
+        with mapped_errors():
+            conn = await asyncpg.connect(dsn, timeout=timeout)
+            await prepare_asyncpg(conn)
+        return cls(conn)
+
+    async def fetch(
+        self, query: LiteralString, *args: object, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> list[dict[str, Any]]:
+        """Run one statement; return its rows as dicts."""
+        with mapped_errors():
+            rows = await self.conn.fetch(query, *args, timeout=timeout)
+        return [dict(row) for row in rows]
+
+    async def close(self) -> None:
+        """Close the connection (never raises on an already broken one)."""
+        with contextlib.suppress(Exception):
+            await self.conn.close(timeout=5)
+
+
+async def prepare_asyncpg(conn: asyncpg.Connection) -> None:
+    """Decode json/jsonb to Python values on an asyncpg connection (pools call this too)."""
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+class PsycopgDriver:
+    """psycopg 3 (async), for the CLI and for producers."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[dict[str, Any]]) -> None:
+        self.conn = conn
+
+    @classmethod
+    async def connect(cls, dsn: str, *, timeout: float = 10.0) -> PsycopgDriver:
+        """Open an autocommit connection: each protocol call is its own transaction."""
+        with mapped_errors():
+            conn = await psycopg.AsyncConnection.connect(
+                dsn,
+                autocommit=True,
+                connect_timeout=max(1, int(timeout)),
+                row_factory=dict_row,
+                cursor_factory=psycopg.AsyncRawCursor,
+                application_name="fleetq",
+            )
+        return cls(conn)
+
+    async def fetch(
+        self, query: LiteralString, *args: object, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> list[dict[str, Any]]:
+        """Run one statement; return its rows as dicts."""
+        with mapped_errors():
+            async with asyncio.timeout(timeout):
+                cursor = await self.conn.execute(query, list(args))
+                return await cursor.fetchall() if cursor.description else []
+
+    async def close(self) -> None:
+        """Close the connection."""
+        with contextlib.suppress(Exception):
+            await self.conn.close()
+
+
+@contextlib.asynccontextmanager
+async def open_driver(dsn: str, *, kind: str = "psycopg") -> AsyncIterator[Driver]:
+    """A driver for one piece of work, closed afterwards."""
+    driver: Driver
+    if kind == "asyncpg":
+        driver = await AsyncpgDriver.connect(dsn)
+    else:
+        driver = await PsycopgDriver.connect(dsn)
+    try:
+        yield driver
+    finally:
+        await driver.close()

@@ -1,0 +1,115 @@
+"""Why a job can (or cannot) run on each runner.
+
+There is ONE eligibility rule: the SQL function `fleetq.ineligibility`, which the claim
+filters on. `explain` evaluates that same function for a job against every runner and
+only turns its reason codes into words with numbers, so the console's "why not
+eligible" can never disagree with what a claim would do (a property test checks it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from pydantic import BaseModel, ConfigDict
+
+from fleetq.core import queries
+from fleetq.core.driver import Driver
+from fleetq.core.models import JobId
+
+CAPACITY_REASONS = frozenset({"slots", "memory", "cpu"})
+
+
+class RunnerVerdict(BaseModel):
+    """One runner's answer for one job."""
+
+    model_config = ConfigDict(frozen=True)
+
+    runner_id: str
+    node: str
+    reason: str | None  # None: eligible now; else the rule's first failing reason
+    lane: str
+    requested_node: str | None
+    needs_memory_mb: int
+    needs_cpu_millis: int
+    missing_capabilities: list[str]
+    free_memory_mb: int
+    free_cpu_millis: int
+    slots: int | None
+    slots_used: int | None
+
+    @property
+    def eligible(self) -> bool:
+        """The runner could claim the job now."""
+        return self.reason is None
+
+    @property
+    def group(self) -> str:
+        """The reason as counted in the summary line."""
+        if self.reason is None:
+            return "eligible"
+        if self.reason in CAPACITY_REASONS:
+            return "no capacity now"
+        return self.describe()
+
+    def describe(self) -> str:
+        """The reason in words, with the numbers that decide it."""
+        match self.reason:
+            case None:
+                return "eligible"
+            case "lane":
+                return f"does not serve lane {self.lane}"
+            case "capability":
+                word = "capability" if len(self.missing_capabilities) == 1 else "capabilities"
+                return f"missing {word} {', '.join(self.missing_capabilities)}"
+            case "node":
+                return f"job asks for node {self.requested_node}"
+            case "slots":
+                return f"no capacity now: {self.slots_used}/{self.slots} {self.lane} slots in use"
+            case "memory":
+                return (
+                    f"no capacity now: needs {self.needs_memory_mb} MB, {self.free_memory_mb} free"
+                )
+            case "cpu":
+                return (
+                    f"no capacity now: needs {_cpus(self.needs_cpu_millis)} CPUs, "
+                    f"{_cpus(self.free_cpu_millis)} free"
+                )
+            case other:
+                return str(other)  # offline, paused, draining, drained
+
+
+class Explanation(BaseModel):
+    """Every runner's verdict for a job, and the line that sums them up."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: JobId
+    runners: list[RunnerVerdict]
+
+    @property
+    def eligible(self) -> list[str]:
+        """Runners that could claim the job now."""
+        return [r.runner_id for r in self.runners if r.eligible]
+
+    def summary(self) -> str:
+        """E.g. "0/7 runners eligible: 3 missing capability browser, 2 no capacity now,
+        1 draining, 1 offline" (the counts add up to the total)."""
+        total = len(self.runners)
+        head = f"{len(self.eligible)}/{total} runners eligible"
+        counts = Counter(r.group for r in self.runners if not r.eligible)
+        if not counts:
+            return head if total else "0/0 runners eligible: no runner is registered"
+        parts = [
+            f"{n} {group}" for group, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        ]
+        return f"{head}: {', '.join(parts)}"
+
+
+async def explain(driver: Driver, job_id: JobId) -> Explanation:
+    """Evaluate the claim's eligibility rule for `job_id` against every runner."""
+    rows = await driver.fetch(queries.sql("eligibility_explain"), job_id)
+    return Explanation(job_id=job_id, runners=[RunnerVerdict.model_validate(r) for r in rows])
+
+
+def _cpus(millis: int) -> str:
+    return f"{millis / 1000:g}"

@@ -1,0 +1,183 @@
+"""The lease protocol: how a runner holds a job, and why a zombie can never write.
+
+1. **Claim.** One statement (`fleetq.claim`) picks eligible queued jobs with
+   `FOR UPDATE SKIP LOCKED` in `priority_class, created_at, id` order, sets
+   `lease_owner`, increments `lease_version` (the fencing token) and sets
+   `lease_expires_at = clock_timestamp() + lease`, and reserves the runner's slots,
+   memory and CPUs, all in one transaction. The runner row is locked first, so claims of
+   one runner serialize and a batch never over-reserves; CHECKs make it impossible anyway.
+   A claim carries a client-made claim id; retrying it returns what it already took.
+2. **Fenced writes.** Heartbeat, start report, outcome and loss name
+   `(job id, lease_owner, lease_version)` and the live states. When any moved on (the job
+   was cancelled, expired and was reclaimed), the write changes 0 rows and the caller gets
+   `WriteStatus.STALE` (single-job calls raise `StaleLease`). It never silently succeeds.
+3. **Ambiguous commits.** A write whose reply was lost may be retried by the same
+   (owner, token): if it had committed, the answer is `ALREADY`, not stale, so a success
+   is never misread as a loss.
+4. **Time is the database's.** Expiry is `clock_timestamp()`-based; runners never compare
+   their own clocks with `lease_expires_at`.
+5. **Expiry** (`fleetq.reap`, one leader via an advisory lock) returns expired jobs to the
+   queue and counts a reassignment; past `reassignment_cap` the job fails
+   (`reassignments_exhausted`). The next claim bumps the token.
+6. **Explicit loss** (`report_lost`) requeues once, then fails with reason `lost`; expiry
+   never touches that counter.
+7. **Cancellation is not a stop.** Cancel makes the job terminal at once and ends the
+   lease, but the runner's capacity stays reserved until it confirms the stop
+   (`confirm_stop`): until then the job shows "stop pending".
+
+Exactly-once holds only for effects written in the same transaction as the outcome; see
+docs/guarantees.md for what the fencing token does and does not buy.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from fleetq.core import queries
+from fleetq.core.driver import Driver
+from fleetq.core.errors import InvalidInput, StaleLease
+from fleetq.core.models import (
+    Claim,
+    FencingToken,
+    HeartbeatResult,
+    JobId,
+    JobWrite,
+    OutcomeReport,
+    ReapResult,
+    RunnerId,
+    StartReport,
+    WriteStatus,
+)
+from fleetq.core.validation import payload as payload_json
+
+
+def check(status: WriteStatus | str, *, job_id: int, token: int, write: str) -> WriteStatus:
+    """Raise `StaleLease` for a stale answer; return ok/already as they are."""
+    answer = WriteStatus(status)
+    if answer is WriteStatus.STALE:
+        raise StaleLease(job_id, token, write)
+    return answer
+
+
+async def claim(
+    driver: Driver, *, runner: RunnerId, lane: str, limit: int, claim_id: uuid.UUID | None = None
+) -> list[Claim]:
+    """Claim up to `limit` jobs of `lane` that this runner can run now (may be fewer, or
+    none even when the queue is not empty: locked rows are skipped)."""
+    if limit < 1:
+        raise InvalidInput("claim limit must be at least 1")
+    rows = await driver.fetch(
+        queries.sql("lease_claim"), runner, lane, limit, claim_id or uuid.uuid4()
+    )
+    return [Claim.model_validate(row) for row in rows]
+
+
+async def heartbeat(
+    driver: Driver, *, runner: RunnerId, leases: Sequence[tuple[JobId, FencingToken]]
+) -> list[HeartbeatResult]:
+    """Extend the leases this runner holds (and mark it alive); stale ones are reported,
+    not raised, so one lost job does not hide the others' renewals."""
+    _no_duplicates([job for job, _ in leases])
+    rows = await driver.fetch(
+        queries.sql("lease_heartbeat"),
+        runner,
+        [job for job, _ in leases],
+        [token for _, token in leases],
+    )
+    return [HeartbeatResult.model_validate(row) for row in rows]
+
+
+async def report_start(driver: Driver, *, runner: RunnerId, start: StartReport) -> WriteStatus:
+    """claimed -> running; raises `StaleLease` if the lease moved on."""
+    rows = await driver.fetch(
+        queries.sql("lease_report_start"),
+        runner,
+        start.job_id,
+        start.lease_version,
+        start.node,
+        start.run_id,
+        start.pid,
+        start.process_started_at,
+        start.prepare_ms,
+    )
+    return check(rows[0]["status"], job_id=start.job_id, token=start.lease_version, write="start")
+
+
+async def complete_many(
+    driver: Driver, *, runner: RunnerId, outcomes: Sequence[OutcomeReport]
+) -> list[JobWrite]:
+    """Record many outcomes in one round trip; the answer says which were stale."""
+    _no_duplicates([o.job_id for o in outcomes])
+    rows = await driver.fetch(
+        queries.sql("lease_complete"),
+        runner,
+        [o.job_id for o in outcomes],
+        [o.lease_version for o in outcomes],
+        [o.outcome.value for o in outcomes],
+        [o.exit_code for o in outcomes],
+        [o.reason for o in outcomes],
+        [o.log_tail for o in outcomes],
+        [o.prepare_ms for o in outcomes],
+        [o.run_ms for o in outcomes],
+    )
+    return [JobWrite.model_validate(row) for row in rows]
+
+
+async def complete(driver: Driver, *, runner: RunnerId, outcome: OutcomeReport) -> WriteStatus:
+    """Record one outcome; raises `StaleLease` if the lease moved on."""
+    (answer,) = await complete_many(driver, runner=runner, outcomes=[outcome])
+    return check(answer.status, job_id=outcome.job_id, token=outcome.lease_version, write="outcome")
+
+
+async def report_lost(
+    driver: Driver, *, runner: RunnerId, job_id: JobId, token: FencingToken, reason: str
+) -> str:
+    """Report that a claim launched nothing or its run is gone: 'requeued' the first time,
+    'failed' the second, 'already' on a retry; raises `StaleLease` if the lease moved on."""
+    rows = await driver.fetch(queries.sql("lease_report_lost"), runner, job_id, token, reason)
+    status = str(rows[0]["status"])
+    if status == WriteStatus.STALE:
+        raise StaleLease(job_id, token, "loss report")
+    return status
+
+
+async def confirm_stop(
+    driver: Driver,
+    *,
+    runner: RunnerId,
+    job_id: JobId,
+    token: FencingToken,
+    signal: int | None,
+    reason: str,
+) -> None:
+    """Record that this runner's execution of (job, token) is gone."""
+    await driver.fetch(queries.sql("lease_confirm_stop"), runner, job_id, token, signal, reason)
+
+
+async def reap(driver: Driver, *, limit: int = 1000, now: datetime | None = None) -> ReapResult:
+    """One reaper pass (does nothing unless this caller wins the leader lock)."""
+    rows = await driver.fetch(queries.sql("lease_reap"), limit, now)
+    return ReapResult.model_validate(rows[0])
+
+
+async def fenced_write(
+    driver: Driver, *, key: str, job_id: JobId, token: FencingToken, value: dict[str, object]
+) -> bool:
+    """Write to the fenced ledger; False when a newer token was already seen for `key`."""
+    rows = await driver.fetch(
+        queries.sql("lease_fenced_write"), key, job_id, token, payload_json(value)
+    )
+    return bool(rows[0]["accepted"])
+
+
+async def fenced_violations(driver: Driver) -> int:
+    """Accepted ledger writes that went behind an earlier token (must be 0)."""
+    rows = await driver.fetch(queries.sql("lease_fenced_violations"))
+    return int(rows[0]["violations"])
+
+
+def _no_duplicates(job_ids: Sequence[int]) -> None:
+    if len(set(job_ids)) != len(job_ids):
+        raise InvalidInput("a batch names the same job twice")

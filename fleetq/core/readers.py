@@ -1,0 +1,90 @@
+"""Reading the queue: jobs, events, and the result reader for (project, commit)."""
+
+from __future__ import annotations
+
+from fleetq.core import queries, validation
+from fleetq.core.driver import Driver
+from fleetq.core.errors import NotFound
+from fleetq.core.models import Event, Job, JobId, JobState, Result, ResultAnswer
+
+
+async def job(driver: Driver, job_id: JobId) -> Job:
+    """One job; `NotFound` when there is none."""
+    rows = await driver.fetch(queries.sql("jobs_get"), job_id)
+    if not rows:
+        raise NotFound(f"no job {job_id}")
+    return Job.model_validate(rows[0])
+
+
+async def jobs(
+    driver: Driver,
+    *,
+    state: JobState | None = None,
+    lane: str | None = None,
+    project: str | None = None,
+    runner: str | None = None,
+    limit: int = 100,
+) -> list[Job]:
+    """Jobs, newest first, filtered."""
+    rows = await driver.fetch(
+        queries.sql("jobs_list"), state.value if state else None, lane, project, runner, limit
+    )
+    return [Job.model_validate(row) for row in rows]
+
+
+async def events(
+    driver: Driver,
+    *,
+    after: int | None = None,
+    job_id: JobId | None = None,
+    runner: str | None = None,
+    limit: int = 200,
+) -> list[Event]:
+    """Events oldest first: those after an id (to follow), else the newest `limit`."""
+    if after is None:
+        rows = await driver.fetch(queries.sql("jobs_latest_events"), job_id, runner, limit)
+    else:
+        rows = await driver.fetch(queries.sql("jobs_events"), after, job_id, runner, limit)
+    return [Event.model_validate(row) for row in rows]
+
+
+async def result(
+    driver: Driver, *, project: str, commit: str, operation: str | None = None
+) -> list[ResultAnswer]:
+    """Per operation at this commit: a live job (queued or running) wins over an older
+    verdict, because the newest request is what the caller is waiting for; otherwise
+    the recorded verdict (passed, failed, refused, cancelled); 'none' if never asked."""
+    commit = validation.commit_sha(commit)
+    job_rows = await driver.fetch(queries.sql("jobs_for_commit"), project, commit, operation)
+    verdicts = {
+        r.operation: r
+        for r in (
+            Result.model_validate(row)
+            for row in await driver.fetch(
+                queries.sql("jobs_results_for_commit"), project, commit, operation
+            )
+        )
+    }
+    answers: list[ResultAnswer] = []
+    for op in sorted({str(r["operation"]) for r in job_rows} | set(verdicts)):
+        newest = next((r for r in job_rows if r["operation"] == op), None)
+        if newest is not None and not JobState(newest["state"]).terminal:
+            answers.append(
+                ResultAnswer(
+                    operation=op, status="live", job_id=newest["id"], job_state=newest["state"]
+                )
+            )
+        elif (verdict := verdicts.get(op)) is not None:
+            answers.append(
+                ResultAnswer(
+                    operation=op,
+                    status=verdict.verdict,
+                    job_id=verdict.job_id,
+                    exit_code=verdict.exit_code,
+                    reason=verdict.reason,
+                    recorded_at=verdict.recorded_at,
+                )
+            )
+    if operation is not None and not answers:
+        answers.append(ResultAnswer(operation=operation, status="none"))
+    return answers

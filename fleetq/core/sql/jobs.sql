@@ -1,0 +1,65 @@
+-- Submitting, cancelling and reading jobs.
+
+-- name: jobs_submit
+-- $1 project, $2 operation, $3 commit, $4 requested node, $5 idempotency key, $6 task id,
+-- $7 submitted by, $8 payload (JSON text)
+SELECT * FROM fleetq.submit($1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
+                            $7::text, $8::text::jsonb);
+
+-- name: jobs_cancel
+-- $1 job, $2 actor, $3 reason
+SELECT * FROM fleetq.cancel($1::bigint, $2::text, $3::text);
+
+-- name: jobs_get
+-- $1 job
+SELECT * FROM fleetq.jobs WHERE id = $1::bigint;
+
+-- name: jobs_list
+-- Newest first, each filter optional (NULL: any).
+-- $1 state, $2 lane, $3 project, $4 runner (owner or reservation), $5 limit
+SELECT *
+FROM fleetq.jobs
+WHERE ($1::text IS NULL OR state = $1::text)
+  AND ($2::text IS NULL OR lane = $2::text)
+  AND ($3::text IS NULL OR project = $3::text)
+  AND ($4::text IS NULL OR lease_owner = $4::text OR reserved_on = $4::text)
+ORDER BY id DESC
+LIMIT $5::integer;
+
+-- name: jobs_for_commit
+-- Every job that checked (project, commit), newest first, for the result reader.
+-- $1 project, $2 commit, $3 operation (NULL: all)
+SELECT j.id, j.operation, j.state, j.failure_reason, j.finished_at
+FROM fleetq.jobs j
+WHERE j.project = $1::text AND j.commit_sha = $2::text
+  AND ($3::text IS NULL OR j.operation = $3::text)
+ORDER BY j.id DESC;
+
+-- name: jobs_results_for_commit
+-- Recorded verdicts for (project, commit). $1 project, $2 commit, $3 operation (NULL: all)
+SELECT *
+FROM fleetq.results
+WHERE project = $1::text AND commit_sha = $2::text
+  AND ($3::text IS NULL OR operation = $3::text)
+ORDER BY operation;
+
+-- name: jobs_events
+-- The history, oldest first after an id, optionally for one job or runner.
+-- $1 after id, $2 job (NULL: any), $3 runner (NULL: any), $4 limit
+SELECT *
+FROM fleetq.events
+WHERE id > $1::bigint
+  AND ($2::bigint IS NULL OR job_id = $2::bigint)
+  AND ($3::text IS NULL OR runner_id = $3::text)
+ORDER BY id
+LIMIT $4::integer;
+
+-- name: jobs_latest_events
+-- The newest events, for `fleetq events` without --after. $1 job, $2 runner, $3 limit
+SELECT *
+FROM (SELECT * FROM fleetq.events
+      WHERE ($1::bigint IS NULL OR job_id = $1::bigint)
+        AND ($2::text IS NULL OR runner_id = $2::text)
+      ORDER BY id DESC
+      LIMIT $3::integer) newest
+ORDER BY id;

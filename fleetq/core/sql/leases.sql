@@ -1,0 +1,59 @@
+-- The lease protocol (see fleetq/core/leasing.py). Each block calls one function of
+-- migrations/0002_queue_protocol.sql; the casts make asyncpg and psycopg send the same
+-- types, so function resolution never depends on the driver.
+
+-- name: lease_claim
+-- Take up to $3 eligible jobs of lane $2 for runner $1, as claim $4 (a client-made uuid:
+-- a retry with the same id returns what the first attempt took).
+SELECT * FROM fleetq.claim($1::text, $2::text, $3::integer, $4::uuid);
+
+-- name: lease_heartbeat
+-- Extend the leases of many jobs of one runner; answers ok/stale per job.
+-- $1 runner, $2 job ids, $3 their lease versions
+SELECT * FROM fleetq.heartbeat($1::text, $2::bigint[], $3::bigint[]);
+
+-- name: lease_report_start
+-- claimed -> running, with the execution's identity (node, run id, pid, start time).
+-- $1 runner, $2 job, $3 version, $4 node, $5 run id, $6 pid, $7 process start, $8 prepare ms
+SELECT fleetq.report_start($1::text, $2::bigint, $3::bigint, $4::text, $5::uuid, $6::integer,
+                           $7::timestamptz, $8::integer) AS status;
+
+-- name: lease_complete
+-- Outcomes of many jobs of one runner in one round trip; answers ok/already/stale per job.
+-- $1 runner, $2 jobs, $3 versions, $4 outcomes, $5 exit codes, $6 reasons, $7 log tails,
+-- $8 prepare ms, $9 run ms
+SELECT * FROM fleetq.complete($1::text, $2::bigint[], $3::bigint[], $4::text[], $5::integer[],
+                              $6::text[], $7::text[], $8::integer[], $9::integer[]);
+
+-- name: lease_report_lost
+-- An explicit loss: requeued the first time, failed ('lost') the second.
+-- $1 runner, $2 job, $3 version, $4 reason
+SELECT fleetq.report_lost($1::text, $2::bigint, $3::bigint, $4::text) AS status;
+
+-- name: lease_confirm_stop
+-- The runner saw the execution's process group gone; ends "stop pending".
+-- $1 runner, $2 job, $3 version, $4 signal, $5 reason (cancelled, superseded, ...)
+SELECT fleetq.confirm_stop($1::text, $2::bigint, $3::bigint, $4::integer, $5::text) AS status;
+
+-- name: lease_reap
+-- Return expired leases to the queue (one leader at a time). $1 limit, $2 "now" override
+-- (NULL: the database clock), for tests that move time without sleeping.
+SELECT * FROM fleetq.reap($1::integer, $2::timestamptz);
+
+-- name: lease_fenced_write
+-- Write to the fenced ledger; false when a higher token was already seen for the key.
+-- $1 key, $2 job, $3 token, $4 value (JSON text)
+SELECT fleetq.fenced_write($1::text, $2::bigint, $3::bigint, $4::text::jsonb) AS accepted;
+
+-- name: lease_fenced_violations
+-- Accepted ledger writes whose token is below one accepted earlier for the same key.
+-- Must always be 0; the fault tests assert it.
+SELECT count(*) AS violations
+FROM (
+    SELECT token < max(token) OVER (PARTITION BY key ORDER BY id
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+           AS violation
+    FROM fleetq.fenced_writes
+    WHERE accepted
+) w
+WHERE w.violation;

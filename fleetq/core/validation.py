@@ -1,0 +1,76 @@
+"""Input checks that run before anything reaches SQL.
+
+Why here and not only in the database: a bad request should be refused with a message
+that names the field, without a round trip, and without ever echoing what was sent (a
+payload may hold secrets; a name may hold terminal escapes). The database functions
+check again, so other clients are held to the same rules.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from fleetq.core.errors import InvalidInput
+
+MAX_NAME_BYTES = 256
+MAX_PAYLOAD_BYTES = 64 * 1024  # the default of settings.max_payload_bytes
+_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def commit_sha(value: str) -> str:
+    """A full 40-hex commit SHA, lower-cased. Short SHAs, refs and option-shaped strings
+    are refused: a job checks an exact commit, never whatever a name points to now."""
+    text(value, "commit")
+    if value.startswith("-"):
+        raise InvalidInput("commit looks like a command-line option; give a full 40-hex SHA")
+    lowered = value.lower()
+    if not _SHA.fullmatch(lowered):
+        raise InvalidInput(
+            f"commit must be a full 40-character hex SHA (got {len(value)} characters"
+            + (", not all hex)" if len(value) == 40 else ")")
+        )
+    return lowered
+
+
+def text(value: str, field: str, *, max_bytes: int = MAX_NAME_BYTES) -> str:
+    """A non-empty name: valid UTF-8, no NUL, no control characters, bounded size."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{field} must be a non-empty string")
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{field} is not valid UTF-8") from None
+    if len(encoded) > max_bytes:
+        raise InvalidInput(f"{field} is {len(encoded)} bytes, over the limit of {max_bytes}")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise InvalidInput(f"{field} contains NUL or control characters")
+    return value
+
+
+def optional_text(value: str | None, field: str) -> str | None:
+    """`text`, or None."""
+    return None if value is None else text(value, field)
+
+
+def payload(value: dict[str, Any] | None, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
+    """The payload as JSON text: an object, within the size limit, no NUL anywhere
+    (PostgreSQL's jsonb cannot store U+0000)."""
+    if value is None:
+        return "{}"
+    if not isinstance(value, dict):
+        raise InvalidInput("payload must be a JSON object")
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        raise InvalidInput("payload is not JSON-serialisable") from None
+    if "\\u0000" in encoded or "\x00" in encoded:
+        raise InvalidInput("payload contains a NUL character")
+    try:
+        size = len(encoded.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput("payload is not valid UTF-8") from None
+    if size > max_bytes:
+        raise InvalidInput(f"payload is {size} bytes, over the limit of {max_bytes}")
+    return encoded

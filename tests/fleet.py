@@ -1,0 +1,54 @@
+"""A small fleet for queue tests: lanes, projects, operations and runners, built through
+the same calls production uses (runners register through `fleet.register`)."""
+
+from __future__ import annotations
+
+from fleetq.core import fleet
+from fleetq.core.db import SyncConnection
+from fleetq.core.driver import Driver
+from fleetq.core.models import Registration, RunnerId
+from tests import factories
+
+SHA = factories.SHA
+OTHER_SHA = "f" * 40
+
+
+def operations(conn: SyncConnection) -> None:
+    """webapp (a release gate) and tools, with a spread of requirements."""
+    factories.lane(conn, "checks")
+    factories.lane(conn, "control")
+    factories.project(conn, "webapp", release_gate=True)
+    factories.project(conn, "tools")
+    factories.operation(conn, "webapp", "unit", memory_mb=1024, cpu_millis=1000)
+    factories.operation(
+        conn, "webapp", "browser", capabilities=("browser",), memory_mb=4096, cpu_millis=2000
+    )
+    factories.operation(conn, "webapp", "notify", lane_name="control")
+    factories.operation(conn, "tools", "lint", memory_mb=256, cpu_millis=500)
+    conn.execute(
+        "INSERT INTO fleetq.identities (name, role) VALUES ('release-bot', 'release-verification')"
+    )
+
+
+async def runner(
+    driver: Driver,
+    name: str = "r1",
+    *,
+    node: str = "node-a",
+    lanes: dict[str, int] | None = None,
+    capabilities: tuple[str, ...] = (),
+    memory_mb: int = 16384,
+    cpu_millis: int = 8000,
+) -> RunnerId:
+    """Register a runner (default: 4 checks slots, 1 control slot, plenty of room)."""
+    return await fleet.register(
+        driver,
+        Registration(
+            node=node,
+            name=name,
+            capabilities=list(capabilities),
+            memory_mb=memory_mb,
+            cpu_millis=cpu_millis,
+            lanes=lanes or {"checks": 4, "control": 1},
+        ),
+    )

@@ -1,0 +1,511 @@
+"""The lease protocol against a real database: claim, fenced writes, expiry, loss,
+cancel, and what a zombie can (not) do."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from fleetq.core import fleet as fleet_api
+from fleetq.core import leasing, producer, readers
+from fleetq.core.db import SyncConnection
+from fleetq.core.driver import Driver
+from fleetq.core.errors import InvalidInput, NotFound, StaleLease
+from fleetq.core.models import (
+    Claim,
+    FencingToken,
+    JobId,
+    JobState,
+    Outcome,
+    OutcomeReport,
+    RunnerId,
+    RunnerState,
+    StartReport,
+    WriteStatus,
+)
+from tests import fleet
+from tests.fleet import SHA
+
+FUTURE = datetime.now(UTC) + timedelta(days=1)
+
+
+@pytest.fixture(autouse=True)
+def _fleet(sync_conn: SyncConnection) -> None:
+    fleet.operations(sync_conn)
+
+
+async def _job(
+    driver: Driver,
+    operation: str = "lint",
+    project: str = "tools",
+    *,
+    who: str = "alice",
+    task_id: str | None = None,
+    requested_node: str | None = None,
+) -> JobId:
+    answer = await producer.submit(
+        driver,
+        project=project,
+        operation=operation,
+        commit=SHA,
+        submitted_by=who,
+        task_id=task_id,
+        requested_node=requested_node,
+    )
+    return answer.job_id
+
+
+async def _claim_one(driver: Driver, runner: RunnerId, lane: str = "checks") -> Claim:
+    (claim,) = await leasing.claim(driver, runner=runner, lane=lane, limit=1)
+    return claim
+
+
+def _outcome(claim: Claim, outcome: Outcome = Outcome.SUCCEEDED, code: int = 0) -> OutcomeReport:
+    return OutcomeReport(
+        job_id=claim.job_id,
+        lease_version=claim.lease_version,
+        outcome=outcome,
+        exit_code=code,
+        log_tail="ok\n",
+        prepare_ms=5,
+        run_ms=10,
+    )
+
+
+def _start(claim: Claim, node: str = "node-a") -> StartReport:
+    return StartReport(
+        job_id=claim.job_id,
+        lease_version=claim.lease_version,
+        node=node,
+        run_id=uuid.uuid4(),
+        pid=4242,
+        process_started_at=datetime.now(UTC),
+    )
+
+
+async def _reserved(driver: Driver, runner: RunnerId) -> tuple[int, int, dict[str, list[int]]]:
+    (r,) = [r for r in await fleet_api.runners(driver) if r.id == runner]
+    return r.reserved_memory_mb, r.reserved_cpu_millis, r.lanes
+
+
+async def test_claim_bumps_the_token_and_reserves_capacity(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    job_id = await _job(driver)
+    claim = await _claim_one(driver, runner)
+    assert (claim.job_id, claim.lease_version) == (job_id, 1)
+    job = await readers.job(driver, job_id)
+    assert (job.state, job.lease_owner, job.reserved_on) == (JobState.CLAIMED, runner, runner)
+    assert await _reserved(driver, runner) == (256, 500, {"checks": [4, 1], "control": [1, 0]})
+
+
+async def test_lease_expiry_is_database_time(driver: Driver, sync_conn: SyncConnection) -> None:
+    sync_conn.execute("UPDATE fleetq.settings SET value = '45' WHERE name = 'lease_seconds'")
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    row = sync_conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    remaining = (claim.lease_expires_at - row[0]).total_seconds()
+    assert 40 < remaining <= 45
+
+
+async def test_empty_queue_and_unknown_runner(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    assert await leasing.claim(driver, runner=runner, lane="checks", limit=5) == []
+    with pytest.raises(NotFound, match="unknown runner"):
+        await leasing.claim(driver, runner=RunnerId("no/such"), lane="checks", limit=1)
+    with pytest.raises(InvalidInput):
+        await leasing.claim(driver, runner=runner, lane="checks", limit=0)
+
+
+async def test_full_life_start_heartbeat_complete(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    job_id = await _job(driver, task_id="task-9")
+    claim = await _claim_one(driver, runner)
+    assert await leasing.report_start(driver, runner=runner, start=_start(claim)) == WriteStatus.OK
+    (beat,) = await leasing.heartbeat(
+        driver, runner=runner, leases=[(claim.job_id, claim.lease_version)]
+    )
+    assert beat.status == WriteStatus.OK and beat.lease_expires_at is not None
+    assert beat.lease_expires_at >= claim.lease_expires_at
+    status = await leasing.complete(driver, runner=runner, outcome=_outcome(claim))
+    assert status == WriteStatus.OK
+    job = await readers.job(driver, job_id)
+    assert (job.state, job.lease_owner, job.reserved_on) == (JobState.SUCCEEDED, None, None)
+    assert await _reserved(driver, runner) == (0, 0, {"checks": [4, 0], "control": [1, 0]})
+    (answer,) = await readers.result(driver, project="tools", commit=SHA)
+    assert (answer.status, answer.job_id, answer.exit_code) == ("passed", job_id, 0)
+    kinds = [e.kind for e in await readers.events(driver, job_id=job_id)]
+    assert kinds == ["submitted", "claimed", "started", "succeeded"]
+
+
+async def test_task_notification_is_written_with_the_outcome(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    runner = await fleet.runner(driver)
+    job_id = await _job(driver, task_id="T-1")
+    claim = await _claim_one(driver, runner)
+    await leasing.complete(driver, runner=runner, outcome=_outcome(claim, Outcome.FAILED, 3))
+    rows = sync_conn.execute(
+        "SELECT task_id, job_id, state, verdict FROM fleetq.task_notifications"
+    ).fetchall()
+    assert rows == [("T-1", job_id, "failed", "failed")]
+
+
+async def _zombie_and_successor(driver: Driver) -> tuple[RunnerId, Claim, RunnerId, Claim]:
+    """Runner A claims, its lease expires, runner B claims the job again."""
+    a = await fleet.runner(driver, "a")
+    b = await fleet.runner(driver, "b", node="node-b")
+    await _job(driver)
+    old = await _claim_one(driver, a)
+    await leasing.report_start(driver, runner=a, start=_start(old))
+    reaped = await leasing.reap(driver, now=FUTURE)
+    assert (reaped.requeued, reaped.leader) == (1, True)
+    new = await _claim_one(driver, b)
+    assert new.lease_version == old.lease_version + 1
+    return a, old, b, new
+
+
+async def test_zombie_writes_change_nothing_and_raise(driver: Driver) -> None:
+    a, old, b, new = await _zombie_and_successor(driver)
+    before = await readers.job(driver, old.job_id)
+    with pytest.raises(StaleLease, match="fencing token 1"):
+        await leasing.report_start(driver, runner=a, start=_start(old))
+    (beat,) = await leasing.heartbeat(driver, runner=a, leases=[(old.job_id, old.lease_version)])
+    assert beat.status == WriteStatus.STALE
+    with pytest.raises(StaleLease):
+        await leasing.complete(driver, runner=a, outcome=_outcome(old))
+    with pytest.raises(StaleLease):
+        await leasing.complete(driver, runner=a, outcome=_outcome(old, Outcome.FAILED, 1))
+    with pytest.raises(StaleLease):
+        await leasing.report_lost(
+            driver, runner=a, job_id=old.job_id, token=old.lease_version, reason="zombie"
+        )
+    assert await readers.job(driver, old.job_id) == before
+    # the new owner's outcome stands
+    await leasing.report_start(driver, runner=b, start=_start(new, "node-b"))
+    assert await leasing.complete(driver, runner=b, outcome=_outcome(new)) == WriteStatus.OK
+    assert (await readers.job(driver, new.job_id)).state == JobState.SUCCEEDED
+    runners = {r.id: r for r in await fleet_api.runners(driver)}
+    assert runners[a].stale_rejections == 5
+    assert runners[b].stale_rejections == 0
+
+
+async def test_even_the_same_runner_with_an_old_token_is_stale(driver: Driver) -> None:
+    a = await fleet.runner(driver)
+    await _job(driver)
+    old = await _claim_one(driver, a)
+    await leasing.reap(driver, now=FUTURE)
+    new = await _claim_one(driver, a)
+    with pytest.raises(StaleLease):
+        await leasing.complete(driver, runner=a, outcome=_outcome(old))
+    assert await leasing.complete(driver, runner=a, outcome=_outcome(new)) == WriteStatus.OK
+
+
+async def test_outcome_retried_after_a_lost_reply_answers_already(
+    db_dsn: str, driver: Driver
+) -> None:
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    await leasing.complete(driver, runner=runner, outcome=_outcome(claim))  # reply "lost"
+    from fleetq.core.driver import open_driver
+
+    async with open_driver(db_dsn) as fresh:  # the retry comes on a new connection
+        status = await leasing.complete(fresh, runner=runner, outcome=_outcome(claim))
+    assert status == WriteStatus.ALREADY
+    events = [e.kind for e in await readers.events(driver, job_id=claim.job_id)]
+    assert events.count("succeeded") == 1
+
+
+async def test_retried_claim_id_returns_what_it_took(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    for _ in range(3):
+        await _job(driver)
+    claim_id = uuid.uuid4()
+    first = await leasing.claim(driver, runner=runner, lane="checks", limit=2, claim_id=claim_id)
+    again = await leasing.claim(driver, runner=runner, lane="checks", limit=2, claim_id=claim_id)
+    assert [c.job_id for c in again] == [c.job_id for c in first] and len(first) == 2
+    assert [c.lease_version for c in again] == [1, 1]
+
+
+async def test_retried_start_report_answers_already(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    start = _start(claim)
+    assert await leasing.report_start(driver, runner=runner, start=start) == WriteStatus.OK
+    assert await leasing.report_start(driver, runner=runner, start=start) == WriteStatus.ALREADY
+
+
+async def test_heartbeat_batch_reports_each_job(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    for _ in range(3):
+        await _job(driver)
+    claims = await leasing.claim(driver, runner=runner, lane="checks", limit=3)
+    await producer.cancel(driver, job_id=claims[1].job_id, actor="ops")
+    beats = await leasing.heartbeat(
+        driver, runner=runner, leases=[(c.job_id, c.lease_version) for c in claims]
+    )
+    assert [b.status for b in beats] == [WriteStatus.OK, WriteStatus.STALE, WriteStatus.OK]
+    with pytest.raises(InvalidInput, match="same job twice"):
+        await leasing.heartbeat(
+            driver, runner=runner, leases=[(claims[0].job_id, FencingToken(1))] * 2
+        )
+
+
+async def test_complete_batch_mixes_ok_already_and_stale(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    for _ in range(3):
+        await _job(driver)
+    c1, c2, c3 = await leasing.claim(driver, runner=runner, lane="checks", limit=3)
+    await leasing.complete(driver, runner=runner, outcome=_outcome(c1))
+    await producer.cancel(driver, job_id=c3.job_id, actor="ops")
+    answers = await leasing.complete_many(
+        driver, runner=runner, outcomes=[_outcome(c1), _outcome(c2), _outcome(c3)]
+    )
+    assert [a.status for a in answers] == [WriteStatus.ALREADY, WriteStatus.OK, WriteStatus.STALE]
+
+
+async def test_lost_once_requeues_twice_fails(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    job_id = await _job(driver)
+    first = await _claim_one(driver, runner)
+    assert (
+        await leasing.report_lost(
+            driver,
+            runner=runner,
+            job_id=job_id,
+            token=first.lease_version,
+            reason="launched nothing",
+        )
+        == "requeued"
+    )
+    job = await readers.job(driver, job_id)
+    assert (job.state, job.lost_count, job.reserved_on) == (JobState.QUEUED, 1, None)
+    assert (
+        await leasing.report_lost(
+            driver, runner=runner, job_id=job_id, token=first.lease_version, reason="retry"
+        )
+        == "already"
+    )
+    second = await _claim_one(driver, runner)
+    assert second.lease_version == 2 and second.lost_count == 1
+    assert (
+        await leasing.report_lost(
+            driver, runner=runner, job_id=job_id, token=second.lease_version, reason="gone"
+        )
+        == "failed"
+    )
+    job = await readers.job(driver, job_id)
+    assert (job.state, job.failure_reason, job.lost_count) == (JobState.FAILED, "lost", 2)
+    assert await _reserved(driver, runner) == (0, 0, {"checks": [4, 0], "control": [1, 0]})
+
+
+async def test_expiry_never_counts_as_loss_and_has_its_own_cap(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    sync_conn.execute("UPDATE fleetq.settings SET value = '2' WHERE name = 'reassignment_cap'")
+    runner = await fleet.runner(driver)
+    job_id = await _job(driver)
+    for expected in (1, 2):
+        await _claim_one(driver, runner)
+        assert (await leasing.reap(driver, now=FUTURE)).requeued == 1
+        job = await readers.job(driver, job_id)
+        assert (job.state, job.reassign_count, job.lost_count) == (JobState.QUEUED, expected, 0)
+    await _claim_one(driver, runner)
+    reaped = await leasing.reap(driver, now=FUTURE)
+    assert (reaped.requeued, reaped.failed) == (0, 1)
+    job = await readers.job(driver, job_id)
+    assert (job.state, job.failure_reason) == (JobState.FAILED, "reassignments_exhausted")
+    assert job.lost_count == 0
+    assert await _reserved(driver, runner) == (0, 0, {"checks": [4, 0], "control": [1, 0]})
+
+
+async def test_reap_leaves_live_leases_alone(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    await _claim_one(driver, runner)
+    assert (await leasing.reap(driver)).requeued == 0
+
+
+async def test_cancel_of_a_running_job_is_terminal_with_stop_pending(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    job_id = await _job(driver)
+    claim = await _claim_one(driver, runner)
+    await leasing.report_start(driver, runner=runner, start=_start(claim))
+    result = await producer.cancel(driver, job_id=job_id, actor="ops", reason="wrong commit")
+    assert (result.state, result.stop_pending) == (JobState.CANCELLED, True)
+    job = await readers.job(driver, job_id)
+    assert job.stop_pending and job.finished_at is not None
+    with pytest.raises(StaleLease):
+        await leasing.complete(driver, runner=runner, outcome=_outcome(claim))
+    # capacity stays reserved until the runner confirms the process is gone
+    assert (await _reserved(driver, runner))[0] == 256
+    await leasing.confirm_stop(
+        driver,
+        runner=runner,
+        job_id=job_id,
+        token=claim.lease_version,
+        signal=15,
+        reason="cancelled",
+    )
+    job = await readers.job(driver, job_id)
+    assert not job.stop_pending
+    assert await _reserved(driver, runner) == (0, 0, {"checks": [4, 0], "control": [1, 0]})
+    assert (await readers.job(driver, job_id)).state == JobState.CANCELLED
+
+
+async def test_priority_order_across_and_inside_classes(driver: Driver) -> None:
+    runner = await fleet.runner(driver, lanes={"checks": 10})
+    plain_1 = await _job(driver)
+    gate_1 = await _job(driver, "unit", "webapp")
+    plain_2 = await _job(driver)
+    release = await _job(driver, who="release-bot")
+    gate_2 = await _job(driver, "unit", "webapp")
+    claims = await leasing.claim(driver, runner=runner, lane="checks", limit=10)
+    assert [c.job_id for c in claims] == [release, gate_1, gate_2, plain_1, plain_2]
+    assert [c.priority_class for c in claims] == [0, 1, 1, 2, 2]
+
+
+async def test_runner_never_gets_what_it_cannot_run(driver: Driver) -> None:
+    small = await fleet.runner(driver, "small", memory_mb=2048, cpu_millis=4000)
+    browser_job = await _job(driver, "browser", "webapp")
+    pinned = await _job(driver, requested_node="node-z")
+    assert await leasing.claim(driver, runner=small, lane="checks", limit=5) == []
+    big = await fleet.runner(driver, "big", capabilities=("browser",), node="node-z")
+    got = await leasing.claim(driver, runner=big, lane="checks", limit=5)
+    assert sorted(c.job_id for c in got) == sorted([browser_job, pinned])
+
+
+async def test_batch_takes_only_the_prefix_that_fits_together(driver: Driver) -> None:
+    runner = await fleet.runner(driver, memory_mb=2500, cpu_millis=10000, lanes={"checks": 8})
+    ids = [await _job(driver, "unit", "webapp") for _ in range(3)]  # 1024 MB each
+    claims = await leasing.claim(driver, runner=runner, lane="checks", limit=8)
+    assert [c.job_id for c in claims] == ids[:2]
+    assert (await _reserved(driver, runner))[0] == 2048
+
+
+async def test_slots_bound_the_batch(driver: Driver) -> None:
+    runner = await fleet.runner(driver, lanes={"checks": 2})
+    for _ in range(4):
+        await _job(driver)
+    assert len(await leasing.claim(driver, runner=runner, lane="checks", limit=10)) == 2
+    assert await leasing.claim(driver, runner=runner, lane="checks", limit=10) == []
+
+
+async def test_lanes_are_separate(driver: Driver) -> None:
+    runner = await fleet.runner(driver, lanes={"checks": 1, "control": 1})
+    await _job(driver)
+    await _job(driver)
+    notify = await _job(driver, "notify", "webapp")
+    await _claim_one(driver, runner)  # checks is now full
+    (control,) = await leasing.claim(driver, runner=runner, lane="control", limit=5)
+    assert control.job_id == notify
+
+
+@pytest.mark.parametrize("state", [RunnerState.DRAINING, RunnerState.PAUSED])
+async def test_paused_and_draining_runners_claim_nothing(
+    driver: Driver, state: RunnerState
+) -> None:
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    held = await _claim_one(driver, runner)
+    await _job(driver)
+    written = await fleet_api.set_state(
+        driver, runner=runner, state=state, reason="maintenance", actor="ops"
+    )
+    assert written == state
+    assert await leasing.claim(driver, runner=runner, lane="checks", limit=5) == []
+    await leasing.complete(driver, runner=runner, outcome=_outcome(held))
+    await leasing.heartbeat(driver, runner=runner, leases=[])
+    (r,) = await fleet_api.runners(driver)
+    assert r.state == (RunnerState.DRAINED if state == RunnerState.DRAINING else state)
+    await fleet_api.set_state(
+        driver, runner=runner, state=RunnerState.ACTIVE, reason="", actor="ops"
+    )
+    assert len(await leasing.claim(driver, runner=runner, lane="checks", limit=5)) == 1
+
+
+async def test_stale_heartbeat_makes_a_runner_offline_and_ineligible(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    sync_conn.execute(
+        "UPDATE fleetq.runners SET last_heartbeat_at = clock_timestamp() - interval '1 hour'"
+    )
+    (r,) = await fleet_api.runners(driver)
+    assert r.offline and r.state == RunnerState.ACTIVE
+    assert await leasing.claim(driver, runner=runner, lane="checks", limit=1) == []
+    await leasing.heartbeat(driver, runner=runner, leases=[])
+    assert len(await leasing.claim(driver, runner=runner, lane="checks", limit=1)) == 1
+
+
+async def test_reregistering_recomputes_reservations(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    await _claim_one(driver, runner)
+    sync_conn.execute("UPDATE fleetq.runners SET reserved_memory_mb = 0")  # drift
+    await fleet.runner(driver)
+    assert (await _reserved(driver, runner))[0] == 256
+
+
+async def test_result_reader_says_live_then_verdict(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    (live,) = await readers.result(driver, project="tools", commit=SHA)
+    assert (live.status, live.job_state) == ("live", JobState.QUEUED)
+    claim = await _claim_one(driver, runner)
+    await leasing.complete(driver, runner=runner, outcome=_outcome(claim, Outcome.FAILED, 2))
+    (done,) = await readers.result(driver, project="tools", commit=SHA)
+    assert (done.status, done.exit_code) == ("failed", 2)
+    (none,) = await readers.result(driver, project="tools", commit=SHA, operation="other")
+    assert none.status == "none"
+
+
+async def test_refused_outcome(driver: Driver) -> None:
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    report = OutcomeReport(
+        job_id=claim.job_id,
+        lease_version=claim.lease_version,
+        outcome=Outcome.REFUSED,
+        reason="unknown commit",
+    )
+    await leasing.complete(driver, runner=runner, outcome=report)
+    (answer,) = await readers.result(driver, project="tools", commit=SHA)
+    assert (answer.status, answer.reason) == ("refused", "unknown commit")
+
+
+async def test_fenced_ledger_rejects_older_tokens(driver: Driver) -> None:
+    job = JobId(1)
+    assert await leasing.fenced_write(
+        driver, key="k", job_id=job, token=FencingToken(2), value={"v": 2}
+    )
+    assert await leasing.fenced_write(
+        driver, key="k", job_id=job, token=FencingToken(2), value={"v": 3}
+    )
+    assert not await leasing.fenced_write(
+        driver, key="k", job_id=job, token=FencingToken(1), value={"v": 1}
+    )
+    assert await leasing.fenced_write(
+        driver, key="other", job_id=job, token=FencingToken(1), value={}
+    )
+    assert await leasing.fenced_violations(driver) == 0
+
+
+async def test_fenced_violation_counter_can_count(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """The counter the fault tests rely on does count a violation when one is recorded."""
+    sync_conn.execute(
+        "INSERT INTO fleetq.fenced_writes (key, job_id, token, accepted) "
+        "VALUES ('k', 1, 5, true), ('k', 1, 3, true)"
+    )
+    assert await leasing.fenced_violations(driver) == 1
