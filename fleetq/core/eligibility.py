@@ -60,7 +60,7 @@ class RunnerVerdict(BaseModel):
                 return f"does not serve lane {self.lane}"
             case "capability":
                 word = "capability" if len(self.missing_capabilities) == 1 else "capabilities"
-                return f"missing {word} {', '.join(self.missing_capabilities)}"
+                return f"missing {word} {' and '.join(self.missing_capabilities)}"
             case "node":
                 return f"job asks for node {self.requested_node}"
             case "slots":
@@ -91,18 +91,20 @@ class Explanation(BaseModel):
         """Runners that could claim the job now."""
         return [r.runner_id for r in self.runners if r.eligible]
 
+    def counts(self) -> list[tuple[str, int]]:
+        """Ineligible runners per reason group, most common first."""
+        counts = Counter(r.group for r in self.runners if not r.eligible)
+        return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
     def summary(self) -> str:
         """E.g. "0/7 runners eligible: 3 missing capability browser, 2 no capacity now,
         1 draining, 1 offline" (the counts add up to the total)."""
         total = len(self.runners)
         head = f"{len(self.eligible)}/{total} runners eligible"
-        counts = Counter(r.group for r in self.runners if not r.eligible)
-        if not counts:
-            return head if total else "0/0 runners eligible: no runner is registered"
-        parts = [
-            f"{n} {group}" for group, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        ]
-        return f"{head}: {', '.join(parts)}"
+        if not total:
+            return f"{head}: no runner is registered"
+        parts = [f"{n} {group}" for group, n in self.counts()]
+        return f"{head}: {', '.join(parts)}" if parts else head
 
 
 async def explain(driver: Driver, job_id: JobId) -> Explanation:

@@ -12,7 +12,7 @@ from fleetq.core import producer, readers
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import AsyncpgDriver, Driver, open_driver
 from fleetq.core.errors import IdempotencyConflict, InvalidInput, NotAllowed
-from fleetq.core.models import JobId, JobState
+from fleetq.core.models import JobId, JobState, SubmitResult
 from tests import fleet
 from tests.fleet import SHA
 
@@ -22,7 +22,7 @@ def _fleet(sync_conn: SyncConnection) -> None:
     fleet.operations(sync_conn)
 
 
-async def _submit(driver: Driver, **kw: object) -> producer.SubmitResult:
+async def _submit(driver: Driver, **kw: object) -> SubmitResult:
     args: dict[str, object] = {
         "project": "tools",
         "operation": "lint",

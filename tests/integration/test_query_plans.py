@@ -1,0 +1,52 @@
+"""The claim's hot path stays an index scan over queued jobs, however long the history."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+
+from fleetq.core import queries
+from fleetq.core.db import SyncConnection, connect
+from tests import factories, fleet
+
+
+def _history(conn: SyncConnection) -> str:
+    """20,000 finished jobs and 2,000 queued ones over two lanes; returns a runner id."""
+    fleet.operations(conn)
+    conn.execute(
+        "INSERT INTO fleetq.jobs (project, operation, commit_sha, lane, timeout_s, submitted_by, "
+        "priority_class, state, finished_at) SELECT 'tools', 'lint', $1, "
+        "CASE WHEN i % 2 = 0 THEN 'checks' ELSE 'control' END, 60, 't', i % 3, "
+        "CASE WHEN i <= 20000 THEN 'succeeded' ELSE 'queued' END, "
+        "CASE WHEN i <= 20000 THEN clock_timestamp() END "
+        "FROM generate_series(1, 22000) i",
+        [factories.SHA],
+    )
+    conn.execute("ANALYZE fleetq.jobs")
+    return factories.runner(conn, lanes={"checks": 4})
+
+
+def test_claim_walks_the_queued_index(db_dsn: str) -> None:
+    with connect(db_dsn, autocommit=True) as conn:
+        runner = _history(conn)
+        plans: list[str] = []
+        conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        for setting in ("auto_explain.log_min_duration = 0",
+                        "auto_explain.log_nested_statements = on",
+                        "auto_explain.log_level = notice", "client_min_messages = notice"):
+            conn.execute(f"SET {setting}".encode())
+        conn.execute(b"LOAD 'auto_explain'")
+        claimed = conn.execute(queries.sql("lease_claim"),
+                               [runner, "checks", 4, uuid.uuid4()]).fetchall()
+        assert len(claimed) == 4
+    candidate_plans = [p for p in plans if "WITH candidates AS" in p]
+    assert candidate_plans, plans
+    assert any("Index Scan using jobs_queued on jobs" in p for p in candidate_plans), candidate_plans
+    assert not any("Seq Scan on jobs" in p for p in candidate_plans), candidate_plans
+
+
+def test_auto_explain_is_available(db_dsn: str) -> None:
+    """The plan test above depends on auto_explain; say so plainly if a server lacks it."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("LOAD 'auto_explain'")
