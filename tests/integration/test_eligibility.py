@@ -52,14 +52,21 @@ class JobSpec:
 def runner_specs(draw: st.DrawFn) -> RunnerSpec:
     memory = draw(st.sampled_from([0, 1024, 4096]))
     cpu = draw(st.sampled_from([0, 1000, 4000]))
-    lanes = draw(st.dictionaries(st.sampled_from(LANES),
-                                 st.integers(1, 2).flatmap(lambda s: st.tuples(
-                                     st.just(s), st.integers(0, s))), max_size=2))
+    lanes = draw(
+        st.dictionaries(
+            st.sampled_from(LANES),
+            st.integers(1, 2).flatmap(lambda s: st.tuples(st.just(s), st.integers(0, s))),
+            max_size=2,
+        )
+    )
     return RunnerSpec(
         node=draw(st.sampled_from(["n1", "n2"])),
         caps=frozenset(draw(st.sets(st.sampled_from(CAPS)))),
-        state=draw(st.sampled_from(["active", "active", "active", "paused", "draining",
-                                    "drained", "offline"])),
+        state=draw(
+            st.sampled_from(
+                ["active", "active", "active", "paused", "draining", "drained", "offline"]
+            )
+        ),
         stale=draw(st.integers(0, 4)) == 0,
         lanes=lanes,
         memory=memory,
@@ -97,16 +104,32 @@ async def _insert(conn: asyncpg.Connection, runners: list[RunnerSpec], job: JobS
             "reserved_memory_mb, reserved_cpu_millis, state, last_heartbeat_at) VALUES "
             "($1, $2, $3, $4, $5, $6, $7, $8, $9, clock_timestamp() - "
             "CASE WHEN $10 THEN interval '1 hour' ELSE interval '0' END)",
-            rid, r.node, f"r{i}", sorted(r.caps), r.memory, r.cpu, r.reserved_memory,
-            r.reserved_cpu, r.state, r.stale)
+            rid,
+            r.node,
+            f"r{i}",
+            sorted(r.caps),
+            r.memory,
+            r.cpu,
+            r.reserved_memory,
+            r.reserved_cpu,
+            r.state,
+            r.stale,
+        )
         for lane, (slots, used) in r.lanes.items():
-            await conn.execute("INSERT INTO fleetq.runner_lanes VALUES ($1, $2, $3, $4)",
-                               rid, lane, slots, used)
+            await conn.execute(
+                "INSERT INTO fleetq.runner_lanes VALUES ($1, $2, $3, $4)", rid, lane, slots, used
+            )
     job_id = await conn.fetchval(
         "INSERT INTO fleetq.jobs (project, operation, commit_sha, lane, capabilities, memory_mb, "
         "cpu_millis, timeout_s, requested_node, submitted_by, priority_class) VALUES "
         "('tools', 'lint', $1, $2, $3, $4, $5, 60, $6, 't', 2) RETURNING id",
-        SHA, job.lane, sorted(job.caps), job.memory, job.cpu, job.node)
+        SHA,
+        job.lane,
+        sorted(job.caps),
+        job.memory,
+        job.cpu,
+        job.node,
+    )
     return JobId(int(job_id))
 
 
@@ -140,11 +163,19 @@ class _Claimed(Exception):
     pass
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(runners=st.lists(runner_specs(), min_size=1, max_size=5), job=job_specs)
-def test_claim_and_explain_agree(db_dsn: str, sync_conn: SyncConnection, loop: asyncio.Runner,
-                                 runners: list[RunnerSpec], job: JobSpec) -> None:
+def test_claim_and_explain_agree(
+    db_dsn: str,
+    sync_conn: SyncConnection,
+    loop: asyncio.Runner,
+    runners: list[RunnerSpec],
+    job: JobSpec,
+) -> None:
     if not _seeded(sync_conn):
         fleet.operations(sync_conn)
     driver = loop.run(AsyncpgDriver.connect(db_dsn))
@@ -159,8 +190,9 @@ def _seeded(conn: SyncConnection) -> bool:
     return bool(row and row[0])
 
 
-async def test_summary_line_names_reasons_with_counts(driver: Driver,
-                                                      sync_conn: SyncConnection) -> None:
+async def test_summary_line_names_reasons_with_counts(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
     fleet.operations(sync_conn)
     for i in range(3):
         await fleet.runner(driver, f"plain{i}")
@@ -170,11 +202,13 @@ async def test_summary_line_names_reasons_with_counts(driver: Driver,
     sync_conn.execute("UPDATE fleetq.runners SET state = 'draining' WHERE id = $1", [draining])
     from fleetq.core import producer
 
-    job = await producer.submit(driver, project="webapp", operation="browser", commit=SHA,
-                                submitted_by="alice")
+    job = await producer.submit(
+        driver, project="webapp", operation="browser", commit=SHA, submitted_by="alice"
+    )
     explained = await eligibility.explain(driver, job.job_id)
     assert explained.summary() == (
-        "1/6 runners eligible: 3 missing capability browser, 1 draining, 1 no capacity now")
+        "1/6 runners eligible: 3 missing capability browser, 1 draining, 1 no capacity now"
+    )
     reasons = {v.runner_id: v.describe() for v in explained.runners}
     assert reasons[busy] == "no capacity now: needs 4096 MB, 2048 free"
     assert reasons["node-a/plain0"] == "missing capability browser"

@@ -32,17 +32,23 @@ def test_claim_walks_the_queued_index(db_dsn: str) -> None:
         runner = _history(conn)
         plans: list[str] = []
         conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
-        for setting in ("auto_explain.log_min_duration = 0",
-                        "auto_explain.log_nested_statements = on",
-                        "auto_explain.log_level = notice", "client_min_messages = notice"):
+        for setting in (
+            "auto_explain.log_min_duration = 0",
+            "auto_explain.log_nested_statements = on",
+            "auto_explain.log_level = notice",
+            "client_min_messages = notice",
+        ):
             conn.execute(f"SET {setting}".encode())
         conn.execute(b"LOAD 'auto_explain'")
-        claimed = conn.execute(queries.sql("lease_claim"),
-                               [runner, "checks", 4, uuid.uuid4()]).fetchall()
+        claimed = conn.execute(
+            queries.sql("lease_claim"), [runner, "checks", 4, uuid.uuid4()]
+        ).fetchall()
         assert len(claimed) == 4
     candidate_plans = [p for p in plans if "WITH candidates AS" in p]
     assert candidate_plans, plans
-    assert any("Index Scan using jobs_queued on jobs" in p for p in candidate_plans), candidate_plans
+    assert any("Index Scan using jobs_queued on jobs" in p for p in candidate_plans), (
+        candidate_plans
+    )
     assert not any("Seq Scan on jobs" in p for p in candidate_plans), candidate_plans
 
 
