@@ -23,6 +23,7 @@ import psycopg
 from pydantic import BaseModel, ConfigDict
 
 from fleetq.core.db import SyncConnection, connect
+from fleetq.core.driver import Driver
 from fleetq.core.errors import MigrationChecksumMismatch, MigrationError, SchemaOutOfDate
 from fleetq.core.queries import sql
 from fleetq.core.resources import shipped_dir
@@ -180,3 +181,12 @@ def _apply(conn: SyncConnection, migration: Migration) -> None:
 def require_current(conn: SyncConnection) -> None:
     """Refuse to work on a database whose schema is not this code's (names the fix)."""
     check_schema(applied_versions_sync(conn))
+
+
+async def require_current_async(driver: Driver) -> None:
+    """`require_current` for the async drivers (runner, console, queue commands)."""
+    rows = await driver.fetch(sql("migrate_has_table"))
+    if not rows or not next(iter(rows[0].values())):
+        check_schema([])
+        return
+    check_schema([int(row["version"]) for row in await driver.fetch(sql("migrate_applied"))])

@@ -1,0 +1,69 @@
+"""What the queue commands share: a driver for one command, the actor, time formats."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import os
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import TypeAlias, TypeVar
+
+from fleetq.core import migrate
+from fleetq.core.db import resolve_dsn
+from fleetq.core.driver import Driver, open_driver
+
+T = TypeVar("T")
+
+
+def run(args: argparse.Namespace, work: Callable[[Driver], Awaitable[T]]) -> T:
+    """Run `work` on a fresh connection to the selected database."""
+
+    async def main() -> T:
+        async with open_driver(resolve_dsn(args.dsn)) as driver:
+            await migrate.require_current_async(driver)
+            return await work(driver)
+
+    return asyncio.run(main())
+
+
+def actor(args: argparse.Namespace) -> str:
+    """Who is acting: --as, else $FLEETQ_ACTOR, else the login name."""
+    return str(getattr(args, "actor", None) or os.environ.get("FLEETQ_ACTOR") or getpass.getuser())
+
+
+def add_actor(parser: argparse.ArgumentParser) -> None:
+    """--as IDENTITY, recorded with the action."""
+    parser.add_argument(
+        "--as",
+        dest="actor",
+        metavar="IDENTITY",
+        help="who is acting (default: $FLEETQ_ACTOR, else your login name)",
+    )
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    """--json on every listing."""
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def age(at: datetime | None, now: datetime) -> str:
+    """ "3s", "4m", "2h", "5d" ago (or ahead, for a lease that has not expired)."""
+    if at is None:
+        return ""
+    return duration(now - at)
+
+
+def duration(delta: timedelta) -> str:
+    """A short human duration; negative means in the future."""
+    seconds = int(delta.total_seconds())
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{sign}{seconds // size}{unit}"
+    return f"{sign}{seconds}s"
+
+
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

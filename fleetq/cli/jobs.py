@@ -1,0 +1,340 @@
+"""Job commands: submit, cancel, result, jobs, explain, events, reap."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fleetq.cli.common import Commands, actor, add_actor, add_json, age, run
+from fleetq.cli.output import emit_json, table
+from fleetq.core import eligibility, leasing, producer, readers
+from fleetq.core.errors import InvalidInput
+from fleetq.core.models import CancelResult, JobId, JobState
+
+
+def register(commands: Commands) -> None:
+    """Add the job commands."""
+    _submit(commands)
+    _cancel(commands)
+    _result(commands)
+    _jobs(commands)
+    _explain(commands)
+    _events(commands)
+    _reap(commands)
+
+
+def _submit(commands: Commands) -> None:
+    p = commands.add_parser(
+        "submit",
+        help="submit a job: PROJECT OPERATION at an exact commit",
+        description="Submit a job. The priority is derived (release-verification identities "
+        "first, then release-gate projects, then the rest), never chosen. With --key, a "
+        "repeat returns the existing job instead of making a second one.",
+    )
+    p.add_argument("project")
+    p.add_argument("operation")
+    p.add_argument("--commit", required=True, metavar="SHA", help="the full 40-hex commit")
+    p.add_argument("--node", help="run only on this node")
+    p.add_argument("--key", help="idempotency key, unique per project")
+    p.add_argument("--task", help="task id: its thread is notified of the outcome")
+    p.add_argument("--payload", metavar="JSON", help="a JSON object for the job")
+    p.add_argument("--payload-file", type=Path, metavar="FILE", help="read the payload from FILE")
+    add_actor(p)
+    add_json(p)
+    p.set_defaults(func=_do_submit)
+
+
+def _payload(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.payload and args.payload_file:
+        raise InvalidInput("give --payload or --payload-file, not both")
+    text = args.payload_file.read_text() if args.payload_file else args.payload
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            f"payload is not valid JSON (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    if not isinstance(value, dict):
+        raise InvalidInput("payload must be a JSON object")
+    return value
+
+
+def _do_submit(args: argparse.Namespace) -> int:
+    payload = _payload(args)
+    answer = run(
+        args,
+        lambda d: producer.submit(
+            d,
+            project=args.project,
+            operation=args.operation,
+            commit=args.commit,
+            submitted_by=actor(args),
+            requested_node=args.node,
+            idempotency_key=args.key,
+            task_id=args.task,
+            payload=payload,
+        ),
+    )
+    if args.json:
+        emit_json(answer)
+    elif answer.created:
+        print(f"job {answer.job_id} queued (priority class {answer.priority_class})")
+    else:
+        print(
+            f"job {answer.job_id} already exists for key {args.key!r} (state {answer.state}); "
+            "nothing new was queued"
+        )
+    return 0
+
+
+def _cancel(commands: Commands) -> None:
+    p = commands.add_parser(
+        "cancel",
+        help="cancel jobs",
+        description="Cancel jobs: each is terminal at once. A running one shows 'stop pending' "
+        "until its runner confirms the process stopped.",
+    )
+    p.add_argument("job_ids", nargs="+", type=int, metavar="JOB")
+    p.add_argument("--reason", default="", help="why (kept with the job and its events)")
+    add_actor(p)
+    add_json(p)
+    p.set_defaults(func=_do_cancel)
+
+
+def _do_cancel(args: argparse.Namespace) -> int:
+    async def work(d: Any) -> list[CancelResult]:
+        return [
+            await producer.cancel(d, job_id=JobId(j), actor=actor(args), reason=args.reason)
+            for j in args.job_ids
+        ]
+
+    results = run(args, work)
+    if args.json:
+        emit_json(results)
+        return 0
+    for r in results:
+        if r.previous_state.terminal:
+            print(f"job {r.job_id} was already {r.previous_state}: nothing to cancel")
+        elif r.stop_pending:
+            print(
+                f"job {r.job_id} cancelled (was {r.previous_state}); stop pending until its "
+                "runner confirms the process stopped"
+            )
+        else:
+            print(f"job {r.job_id} cancelled (was {r.previous_state})")
+    return 0
+
+
+def _result(commands: Commands) -> None:
+    p = commands.add_parser(
+        "result",
+        help="what is known about PROJECT at COMMIT",
+        description="Per operation: live (queued or running), or the recorded verdict "
+        "(passed, failed, refused, cancelled). Exit status: 0 all passed, 1 any failed, "
+        "refused or cancelled, 2 still live or never asked.",
+    )
+    p.add_argument("project")
+    p.add_argument("commit")
+    p.add_argument("--operation", help="only this operation")
+    add_json(p)
+    p.set_defaults(func=_do_result)
+
+
+def _do_result(args: argparse.Namespace) -> int:
+    answers = run(
+        args,
+        lambda d: readers.result(
+            d, project=args.project, commit=args.commit, operation=args.operation
+        ),
+    )
+    if args.json:
+        emit_json(answers)
+    elif not answers:
+        print(f"nothing was ever asked of {args.project} at {args.commit}")
+    else:
+        print(
+            table(
+                ["operation", "status", "job", "state", "exit", "reason"],
+                [
+                    [a.operation, a.status, a.job_id, a.job_state or "", a.exit_code, a.reason]
+                    for a in answers
+                ],
+            )
+        )
+    statuses = {a.status for a in answers}
+    if not answers or statuses & {"live", "none"}:
+        return 2
+    return 0 if statuses == {"passed"} else 1
+
+
+def _jobs(commands: Commands) -> None:
+    p = commands.add_parser("jobs", help="list jobs, newest first")
+    p.add_argument("--state", choices=[s.value for s in JobState])
+    p.add_argument("--lane")
+    p.add_argument("--project")
+    p.add_argument("--runner", help="jobs this runner holds (or must still confirm stopped)")
+    p.add_argument("--limit", type=int, default=50)
+    add_json(p)
+    p.set_defaults(func=_do_jobs)
+
+
+def _do_jobs(args: argparse.Namespace) -> int:
+    found = run(
+        args,
+        lambda d: readers.jobs(
+            d,
+            state=JobState(args.state) if args.state else None,
+            lane=args.lane,
+            project=args.project,
+            runner=args.runner,
+            limit=args.limit,
+        ),
+    )
+    if args.json:
+        emit_json(found)
+        return 0
+    now = datetime.now(UTC)
+    rows = [
+        [
+            j.id,
+            j.state + (" (stop pending)" if j.stop_pending else ""),
+            j.lane,
+            j.project,
+            j.operation,
+            j.commit_sha[:12],
+            j.lease_owner or "",
+            j.lease_version,
+            age(now, j.lease_expires_at) if j.lease_expires_at else "",
+            f"{j.lost_count}/{j.reassign_count}",
+            age(j.created_at, now),
+        ]
+        for j in found
+    ]
+    print(
+        table(
+            [
+                "id",
+                "state",
+                "lane",
+                "project",
+                "operation",
+                "commit",
+                "owner",
+                "token",
+                "lease left",
+                "lost/reassigned",
+                "age",
+            ],
+            rows,
+        )
+    )
+    return 0
+
+
+def _explain(commands: Commands) -> None:
+    p = commands.add_parser(
+        "explain",
+        help="which runners could run a job now, and why the others cannot",
+        description="Evaluates the claim's own eligibility rule for JOB against every runner.",
+    )
+    p.add_argument("job_id", type=int, metavar="JOB")
+    add_json(p)
+    p.set_defaults(func=_do_explain)
+
+
+def _do_explain(args: argparse.Namespace) -> int:
+    async def work(d: Any) -> eligibility.Explanation:
+        await readers.job(d, JobId(args.job_id))  # NotFound for a job that does not exist
+        return await eligibility.explain(d, JobId(args.job_id))
+
+    explained = run(args, work)
+    if args.json:
+        emit_json(
+            {
+                "job_id": explained.job_id,
+                "summary": explained.summary(),
+                "runners": [
+                    {
+                        "runner": v.runner_id,
+                        "eligible": v.eligible,
+                        "reason": v.reason,
+                        "why": v.describe(),
+                    }
+                    for v in explained.runners
+                ],
+            }
+        )
+        return 0
+    print(explained.summary())
+    if explained.runners:
+        print(
+            table(["runner", "verdict"], [[v.runner_id, v.describe()] for v in explained.runners])
+        )
+    return 0
+
+
+def _events(commands: Commands) -> None:
+    p = commands.add_parser("events", help="the event history, oldest first")
+    p.add_argument("--job", type=int)
+    p.add_argument("--runner")
+    p.add_argument("--after", type=int, metavar="ID", help="only events after this id")
+    p.add_argument("--limit", type=int, default=100)
+    add_json(p)
+    p.set_defaults(func=_do_events)
+
+
+def _do_events(args: argparse.Namespace) -> int:
+    found = run(
+        args,
+        lambda d: readers.events(
+            d, after=args.after, job_id=args.job, runner=args.runner, limit=args.limit
+        ),
+    )
+    if args.json:
+        emit_json(found)
+        return 0
+    rows = [
+        [
+            e.id,
+            e.at.astimezone().strftime("%H:%M:%S.%f")[:-3],
+            e.kind,
+            e.job_id or "",
+            e.runner_id or "",
+            e.lease_version if e.lease_version is not None else "",
+            e.actor or "",
+            json.dumps(e.detail, sort_keys=True) if e.detail else "",
+        ]
+        for e in found
+    ]
+    print(table(["id", "at", "kind", "job", "runner", "token", "actor", "detail"], rows))
+    return 0
+
+
+def _reap(commands: Commands) -> None:
+    p = commands.add_parser(
+        "reap",
+        help="return expired leases to the queue (one pass)",
+        description="One reaper pass. Only one reaper leads at a time (advisory lock); runners "
+        "host it too, so this is for operators and cron.",
+    )
+    add_json(p)
+    p.set_defaults(func=_do_reap)
+
+
+def _do_reap(args: argparse.Namespace) -> int:
+    result = run(args, lambda d: leasing.reap(d))
+    if args.json:
+        emit_json(result)
+    elif not result.leader:
+        print("another reaper is leading right now; nothing done", file=sys.stderr)
+    else:
+        print(
+            f"reaped: {result.requeued} requeued, {result.failed} failed (reassignments exhausted)"
+        )
+    return 0

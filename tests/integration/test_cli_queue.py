@@ -1,0 +1,111 @@
+"""The queue commands as an operator types them (in-process, real database)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from fleetq.cli.main import main
+from fleetq.core.db import SyncConnection
+from tests import factories, fleet
+from tests.fleet import SHA
+
+Invoke = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def cli(
+    db_dsn: str,
+    sync_conn: SyncConnection,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Invoke:
+    fleet.operations(sync_conn)
+    monkeypatch.setenv("FLEETQ_ACTOR", "operator-ann")
+
+    def invoke(*args: str) -> tuple[int, str, str]:
+        code = main(["--dsn", db_dsn, *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke
+
+
+def test_submit_twice_with_a_key_and_read_back(cli: Invoke) -> None:
+    code, out, _ = cli(
+        "submit", "tools", "lint", "--commit", SHA, "--key", "k1", "--payload", '{"n": 1}'
+    )
+    assert (code, out.strip()) == (0, "job 1 queued (priority class 2)")
+    code, out, _ = cli(
+        "submit", "tools", "lint", "--commit", SHA, "--key", "k1", "--payload", '{"n": 1}', "--json"
+    )
+    answer = json.loads(out)
+    assert (code, answer["job_id"], answer["created"]) == (0, 1, False)
+    code, out, _ = cli("jobs", "--json")
+    (job,) = json.loads(out)
+    assert (job["id"], job["state"], job["submitted_by"]) == (1, "queued", "operator-ann")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--commit", "abc"], "full 40-character hex SHA"),
+        (["--commit", SHA, "--payload", "{nope"], "payload is not valid JSON"),
+        (["--commit", SHA, "--payload", "[1]"], "payload must be a JSON object"),
+    ],
+)
+def test_submit_refuses_bad_input_with_exit_1(cli: Invoke, args: list[str], message: str) -> None:
+    code, _, err = cli("submit", "tools", "lint", *args)
+    assert code == 1 and message in err and err.startswith("fleetq: error:")
+
+
+def test_result_exit_codes_follow_the_verdict(cli: Invoke, sync_conn: SyncConnection) -> None:
+    code, out, _ = cli("result", "tools", SHA)
+    assert code == 2 and "nothing was ever asked" in out
+    cli("submit", "tools", "lint", "--commit", SHA)
+    code, out, _ = cli("result", "tools", SHA, "--json")
+    assert code == 2 and json.loads(out)[0]["status"] == "live"
+    cli("cancel", "1")
+    code, out, _ = cli("result", "tools", SHA)
+    assert code == 1 and "cancelled" in out
+
+
+def test_cancel_drain_and_explain(cli: Invoke, sync_conn: SyncConnection) -> None:
+    runner = factories.runner(sync_conn, lanes={"checks": 1})
+    cli("submit", "webapp", "browser", "--commit", SHA)
+    code, out, _ = cli("explain", "1")
+    assert code == 0
+    assert out.splitlines()[0] == "0/1 runners eligible: 1 missing capability browser"
+    code, out, _ = cli("drain", runner, "--reason", "kernel upgrade")
+    assert (code, out.strip()) == (0, f"runner {runner} is now drained")
+    code, out, _ = cli("runners", "--json")
+    (r,) = json.loads(out)
+    assert (r["state"], r["state_reason"], r["state_actor"]) == (
+        "drained",
+        "kernel upgrade",
+        "operator-ann",
+    )
+    code, out, _ = cli("resume", runner)
+    assert out.strip() == f"runner {runner} is now active"
+    code, out, _ = cli("cancel", "1", "1")
+    assert out.splitlines() == [
+        "job 1 cancelled (was queued)",
+        "job 1 was already cancelled: nothing to cancel",
+    ]
+    code, out, _ = cli("events", "--job", "1", "--json")
+    assert [e["kind"] for e in json.loads(out)] == ["submitted", "cancelled"]
+
+
+def test_unknown_job_and_runner_are_clear_errors(cli: Invoke) -> None:
+    assert cli("explain", "99")[2].strip() == "fleetq: error: no job 99"
+    code, _, err = cli("pause", "no/such")
+    assert code == 1 and "unknown runner no/such" in err
+
+
+def test_queue_commands_refuse_an_unmigrated_database(
+    empty_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--dsn", empty_dsn, "jobs"]) == 1
+    assert "run `fleetq migrate`" in capsys.readouterr().err
