@@ -65,7 +65,7 @@ def payload(value: dict[str, Any] | None, *, max_bytes: int = MAX_PAYLOAD_BYTES)
         encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
         raise InvalidInput("payload is not JSON-serialisable") from None
-    if "\\u0000" in encoded or "\x00" in encoded:
+    if _has_nul(value):
         raise InvalidInput("payload contains a NUL character")
     try:
         size = len(encoded.encode("utf-8"))
@@ -74,3 +74,13 @@ def payload(value: dict[str, Any] | None, *, max_bytes: int = MAX_PAYLOAD_BYTES)
     if size > max_bytes:
         raise InvalidInput(f"payload is {size} bytes, over the limit of {max_bytes}")
     return encoded
+
+
+def _has_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(v) for v in value)
+    return False
