@@ -549,7 +549,7 @@ BEGIN
     JOIN unnest(p_jobs, p_versions) AS i(id, version) ON i.id = j.id
     WHERE j.id <> ALL (coalesce(v_done, '{}'))
       AND j.released_by = p_runner AND j.released_version = i.version
-      AND j.released_kind = 'outcome';
+      AND j.lease_version = i.version AND j.released_kind = 'outcome';
     SELECT array_agg(i.id), array_agg(i.version) INTO v_stale, v_stale_versions
     FROM unnest(p_jobs, p_versions) AS i(id, version)
     WHERE i.id <> ALL (coalesce(v_done, '{}')) AND i.id <> ALL (coalesce(v_already, '{}'));
@@ -577,8 +577,9 @@ BEGIN
     SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
     IF NOT FOUND OR j.lease_owner IS DISTINCT FROM p_runner OR j.lease_version <> p_version
        OR j.state NOT IN ('claimed', 'running') THEN
+        -- 'already' only while no newer claim has happened since that report
         IF FOUND AND j.released_by = p_runner AND j.released_version = p_version
-           AND j.released_kind = 'lost' THEN
+           AND j.lease_version = p_version AND j.released_kind = 'lost' THEN
             RETURN 'already';
         END IF;
         PERFORM fleetq.note_stale(p_runner, 'lost', ARRAY[p_job], ARRAY[p_version]);
@@ -609,6 +610,41 @@ BEGIN
     PERFORM fleetq.log_events('failed', ARRAY[p_job], p_runner, ARRAY[p_version], NULL,
                               '{"reason": "lost"}');
     RETURN 'failed';
+END;
+$$;
+
+-- A runner hands a lease back on purpose (graceful shutdown after its grace period):
+-- the job is requeued at once, counting neither as a loss nor as a reassignment.
+CREATE FUNCTION fleetq.release(p_runner text, p_job bigint, p_version bigint, p_reason text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    j fleetq.jobs%ROWTYPE;
+BEGIN
+    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
+    IF NOT FOUND OR j.lease_owner IS DISTINCT FROM p_runner OR j.lease_version <> p_version
+       OR j.state NOT IN ('claimed', 'running') THEN
+        IF FOUND AND j.released_by = p_runner AND j.released_version = p_version
+           AND j.lease_version = p_version AND j.released_kind = 'release' THEN
+            RETURN 'already';
+        END IF;
+        PERFORM fleetq.note_stale(p_runner, 'release', ARRAY[p_job], ARRAY[p_version]);
+        RETURN 'stale';
+    END IF;
+    UPDATE fleetq.jobs
+    SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL, reserved_on = NULL,
+        claim_id = NULL, released_by = p_runner, released_version = p_version,
+        released_kind = 'release', updated_at = clock_timestamp()
+    WHERE id = p_job;
+    PERFORM fleetq.give_back(ARRAY[p_runner], ARRAY[j.lane], ARRAY[j.memory_mb], ARRAY[j.cpu_millis]);
+    UPDATE fleetq.executions
+    SET ended_at = coalesce(ended_at, clock_timestamp()), stop_reason = 'shutdown',
+        stop_confirmed = true
+    WHERE job_id = p_job AND lease_version = p_version;
+    PERFORM fleetq.log_events('released', ARRAY[p_job], p_runner, ARRAY[p_version], NULL,
+                              jsonb_build_object('reason', p_reason));
+    PERFORM pg_notify('fleetq_work', j.lane);
+    RETURN 'ok';
 END;
 $$;
 

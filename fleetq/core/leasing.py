@@ -181,3 +181,11 @@ async def fenced_violations(driver: Driver) -> int:
 def _no_duplicates(job_ids: Sequence[int]) -> None:
     if len(set(job_ids)) != len(job_ids):
         raise InvalidInput("a batch names the same job twice")
+
+
+async def release(
+    driver: Driver, *, runner: RunnerId, job_id: JobId, token: FencingToken, reason: str
+) -> WriteStatus:
+    """Hand a lease back (graceful shutdown): requeued at once, not counted as lost."""
+    rows = await driver.fetch(queries.sql("lease_release"), runner, job_id, token, reason)
+    return check(rows[0]["status"], job_id=job_id, token=token, write="release")

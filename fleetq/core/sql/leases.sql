@@ -57,3 +57,21 @@ FROM (
     WHERE accepted
 ) w
 WHERE w.violation;
+
+-- name: lease_release
+-- Hand a lease back on purpose (shutdown): requeued at once, not a loss, not a reassignment.
+-- $1 runner, $2 job, $3 version, $4 reason
+SELECT fleetq.release($1::text, $2::bigint, $3::bigint, $4::text) AS status;
+
+-- name: lease_job_states
+-- The current state, owner and token of jobs a runner executes, so it can stop those
+-- it no longer holds (cancelled, or claimed again by someone else). $1 job ids
+SELECT id AS job_id, state, lease_owner, lease_version
+FROM fleetq.jobs
+WHERE id = ANY ($1::bigint[]);
+
+-- name: lease_operations
+-- What each registered operation runs, with its project's repository, for runners.
+SELECT o.project, o.name AS operation, o.command, o.handler, o.timeout_s, p.repository
+FROM fleetq.operations o
+JOIN fleetq.projects p ON p.name = o.project;
