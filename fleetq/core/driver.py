@@ -87,9 +87,10 @@ def _primary_message(exc: BaseException) -> str:
 
 
 class AsyncpgDriver:
-    """asyncpg, for runners and the console."""
+    """asyncpg, for runners and the console: one connection, or a pool (each call then
+    takes a connection for one statement)."""
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: asyncpg.Connection | asyncpg.Pool) -> None:
         self.conn = conn
 
     @classmethod
@@ -109,9 +110,12 @@ class AsyncpgDriver:
         return [dict(row) for row in rows]
 
     async def close(self) -> None:
-        """Close the connection (never raises on an already broken one)."""
+        """Close the connection or pool (never raises on an already broken one)."""
         with contextlib.suppress(Exception):
-            await self.conn.close(timeout=5)
+            if isinstance(self.conn, asyncpg.Pool):
+                await asyncio.wait_for(self.conn.close(), 5)
+            else:
+                await self.conn.close(timeout=5)
 
 
 async def prepare_asyncpg(conn: asyncpg.Connection) -> None:

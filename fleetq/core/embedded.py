@@ -142,7 +142,7 @@ class EmbeddedServer:
         """Stop the server (fast shutdown: running transactions roll back). False if it
         was not running."""
         with self._locked():
-            if self._live_postmaster() is None:
+            if self._postmaster() is None:
                 return False
             self._run(["pg_ctl", "stop", "-D", str(self.pgdata), "-m", "fast", "-w", "-t", "60"])
             return True
@@ -174,7 +174,22 @@ class EmbeddedServer:
             _check_traversable(self.home)
 
     def _live_postmaster(self) -> tuple[int, int, Path, str] | None:
-        """(pid, port, socket dir, listen address) of a running server, else None.
+        """(pid, port, socket dir, listen address) of a running, reachable server."""
+        found = self._postmaster()
+        if found is None:
+            return None
+        pid, port, socket_dir, _ = found
+        if not (socket_dir / f".s.PGSQL.{port}").exists():
+            # e.g. a server whose directory was deleted under it removed this socket as it
+            # shut down: nobody can connect, and starting another server would fail too
+            raise EmbeddedServerError(
+                f"the embedded server (pid {pid}) is running but its socket "
+                f"{socket_dir}/.s.PGSQL.{port} is gone; run `fleetq server stop`, then start it"
+            )
+        return found
+
+    def _postmaster(self) -> tuple[int, int, Path, str] | None:
+        """What `postmaster.pid` says, if its process is a live postgres.
 
         A pid file whose process is gone or is not postgres is stale and is removed.
         """

@@ -515,16 +515,22 @@ async def test_release_requeues_without_counting(driver: Driver) -> None:
     runner = await fleet.runner(driver)
     job_id = await _job(driver)
     claim = await _claim_one(driver, runner)
-    status = await leasing.release(driver, runner=runner, job_id=job_id,
-                                   token=claim.lease_version, reason="shutdown")
+    status = await leasing.release(
+        driver, runner=runner, job_id=job_id, token=claim.lease_version, reason="shutdown"
+    )
     assert status == WriteStatus.OK
     job = await readers.job(driver, job_id)
     assert (job.state, job.lost_count, job.reassign_count) == (JobState.QUEUED, 0, 0)
     assert await _reserved(driver, runner) == (0, 0, {"checks": [4, 0], "control": [1, 0]})
-    assert await leasing.release(driver, runner=runner, job_id=job_id,
-                                 token=claim.lease_version, reason="retry") == WriteStatus.ALREADY
+    assert (
+        await leasing.release(
+            driver, runner=runner, job_id=job_id, token=claim.lease_version, reason="retry"
+        )
+        == WriteStatus.ALREADY
+    )
     again = await _claim_one(driver, runner)
     assert again.lease_version == claim.lease_version + 1
     with pytest.raises(StaleLease):
-        await leasing.release(driver, runner=runner, job_id=job_id, token=claim.lease_version,
-                              reason="zombie")
+        await leasing.release(
+            driver, runner=runner, job_id=job_id, token=claim.lease_version, reason="zombie"
+        )

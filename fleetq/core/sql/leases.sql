@@ -75,3 +75,11 @@ WHERE id = ANY ($1::bigint[]);
 SELECT o.project, o.name AS operation, o.command, o.handler, o.timeout_s, p.repository
 FROM fleetq.operations o
 JOIN fleetq.projects p ON p.name = o.project;
+
+-- name: lease_lock_for_handler
+-- Inside a handler's own transaction: lock the job row under (owner, token), so what the
+-- transaction writes commits only while the lease is held. $1 job, $2 runner, $3 version
+SELECT 1 AS held FROM fleetq.jobs
+WHERE id = $1::bigint AND lease_owner = $2::text AND lease_version = $3::bigint
+  AND state IN ('claimed', 'running')
+FOR UPDATE;

@@ -19,3 +19,11 @@ SELECT r.*,
        (SELECT count(*) FROM fleetq.jobs j WHERE j.reserved_on = r.id) AS live_jobs
 FROM fleetq.runners r
 ORDER BY r.id;
+
+-- name: runners_get_state
+-- A runner's own state, which it follows (paused, draining, drained). $1 runner
+SELECT state, state_reason FROM fleetq.runners WHERE id = $1::text;
+
+-- name: runners_lease_seconds
+-- The lease length runners heartbeat against.
+SELECT fleetq.setting_int('lease_seconds') AS lease_seconds;

@@ -1,0 +1,87 @@
+"""A runner's configuration: command-line flags over an optional TOML file over defaults.
+
+Capacity defaults come from the machine (psutil): total memory minus a reserve for the
+system and the runner itself, and the CPU count. Both can be overridden, e.g. to share a
+machine between two runners.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated
+
+import psutil
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from fleetq.core.embedded import default_home
+from fleetq.core.errors import ConfigError
+
+MEMORY_RESERVE_MB = 512
+DEFAULT_BATCH = 32
+DEFAULT_POLL_S = 1.0
+DEFAULT_GRACE_S = 30.0
+DEFAULT_REAP_S = 5.0
+
+NodeName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+LaneName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,62}$")]
+Capability = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
+
+
+class RunnerConfig(BaseModel):
+    """Everything a runner needs to know, validated once at start-up."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node: NodeName
+    name: NodeName = "runner"
+    lanes: dict[LaneName, Annotated[int, Field(ge=1, le=10_000)]] = Field(min_length=1)
+    capabilities: list[Capability] = []
+    memory_mb: int = Field(default_factory=lambda: default_memory_mb(), ge=0)
+    cpus: float = Field(default_factory=lambda: float(psutil.cpu_count() or 1), ge=0)
+    dsn: str | None = None
+    work_dir: Path | None = None
+    keep_failed: bool = False
+    grace_s: float = Field(DEFAULT_GRACE_S, ge=0)
+    poll_interval_s: float = Field(DEFAULT_POLL_S, gt=0)
+    batch: int = Field(DEFAULT_BATCH, ge=1, le=1000)
+    reap_interval_s: float = Field(DEFAULT_REAP_S, gt=0)
+    exit_when_drained: bool = False
+
+    @property
+    def runner_id(self) -> str:
+        """node/name: stable, so a restarted runner is the same runner."""
+        return f"{self.node}/{self.name}"
+
+    @property
+    def cpu_millis(self) -> int:
+        """CPUs in the database's unit."""
+        return round(self.cpus * 1000)
+
+    def directory(self) -> Path:
+        """Where this runner stages trees, keeps mirrors and logs."""
+        base = self.work_dir or default_home() / "runners"
+        return base / f"{self.node}__{self.name}"
+
+
+def default_memory_mb() -> int:
+    """Total memory minus a reserve for the system and the runner."""
+    total = psutil.virtual_memory().total // (1024 * 1024)
+    return max(0, int(total) - MEMORY_RESERVE_MB)
+
+
+def load(overrides: dict[str, object], config_file: Path | None) -> RunnerConfig:
+    """Merge a TOML file (if any) with command-line overrides and validate the result."""
+    values: dict[str, object] = {}
+    if config_file is not None:
+        try:
+            values.update(tomllib.loads(config_file.read_text(encoding="utf-8")))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{config_file}: {exc}") from exc
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return RunnerConfig.model_validate(values)
+    except ValidationError as exc:
+        where = str(config_file) if config_file else "runner options"
+        problems = [f"{where}: {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("\n".join(problems)) from None

@@ -1,0 +1,53 @@
+"""What an in-process handler receives: its job, its fencing token, and a way to write
+to the database that commits only while this runner still holds the lease."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from fleetq.core import queries
+from fleetq.core.errors import StaleLease
+from fleetq.core.models import Claim, RunnerId
+
+
+@dataclass
+class JobContext:
+    """Handed to `async def handler(ctx)`."""
+
+    claim: Claim
+    runner: RunnerId
+    pool: asyncpg.Pool
+    fenced_writes: int = field(default=0)
+
+    @property
+    def token(self) -> int:
+        """The fencing token: present it to external resources that order writes."""
+        return int(self.claim.lease_version)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+        """A transaction that first locks this job's row under our (owner, token).
+
+        While it is open nobody can take the lease (the reaper and claims wait on the row
+        lock), so what it writes commits only if we still hold the lease; if we no longer
+        do, `StaleLease` is raised before anything is written. This makes the effect
+        happen at most once *per lease*; a later execution under a newer token may redo
+        it, so key effects by something the job decides (e.g. its id) to make them
+        idempotent.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            held = await conn.fetchval(
+                queries.sql("lease_lock_for_handler"),
+                self.claim.job_id,
+                self.runner,
+                self.claim.lease_version,
+            )
+            if held is None:
+                raise StaleLease(self.claim.job_id, self.claim.lease_version, "handler write")
+            yield conn
+            self.fenced_writes += 1

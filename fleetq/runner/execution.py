@@ -1,0 +1,190 @@
+"""One job's journey on this runner: prepare, run, hand the outcome to the reporter.
+
+An `Execution` owns the local facts about a claimed job (its lease, its stop request,
+its staged tree) so the heartbeat and the control listener can stop it, and the
+claimer can count free slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from fleetq.core import leasing
+from fleetq.core.driver import Driver
+from fleetq.core.errors import ConnectionFailed, StaleLease
+from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, StartReport
+from fleetq.runner import executor
+from fleetq.runner.context import JobContext
+from fleetq.runner.reporter import Reporter
+from fleetq.runner.staging import Staging, StagingFailed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Operation:
+    """What an operation runs (from the database)."""
+
+    command: str | None
+    handler: str | None
+    timeout_s: int
+    repository: str
+
+
+@dataclass
+class Execution:
+    """A claimed job on this runner."""
+
+    claim: Claim
+    lane: str
+    run_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_reason: str | None = None
+    pid: int | None = None
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the execution to stop (it no longer holds its lease, or we shut down)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.stop.set()
+
+
+@dataclass
+class Toolkit:
+    """What executions need from the runner."""
+
+    driver: Driver
+    pool: asyncpg.Pool
+    runner: RunnerId
+    node: str
+    staging: Staging
+    reporter: Reporter
+    logs: Path
+    keep_failed: bool
+    operation: Callable[[str, str], Awaitable[Operation | None]]
+
+
+async def carry_out(ex: Execution, kit: Toolkit) -> None:
+    """Run one claimed job to its recorded outcome (or to a confirmed stop)."""
+    claim = ex.claim
+    op = await kit.operation(claim.project, claim.operation)
+    if op is None:
+        await _record(
+            ex, kit, executor.Finished(Outcome.REFUSED, reason="operation not registered")
+        )
+        return
+    if op.handler is not None:
+        finished = await _run_handler(ex, kit, op)
+        await _record(ex, kit, finished)
+        return
+    t0 = time.monotonic()
+    name = f"{claim.job_id}-{claim.lease_version}-{ex.run_id.hex[:8]}"
+    try:
+        tree = await kit.staging.stage(repository=op.repository, commit=claim.commit_sha, name=name)
+    except StagingFailed as exc:
+        await _record(ex, kit, executor.Finished(Outcome.REFUSED, reason=str(exc)))
+        return
+    prepare_ms = int((time.monotonic() - t0) * 1000)
+    finished = await executor.run_command(
+        op.command or "",
+        cwd=tree,
+        env=executor.job_environment(_job_env(ex, kit)),
+        timeout_s=op.timeout_s,
+        log_path=kit.logs / f"{name}.log",
+        on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms),
+        stop=ex.stop,
+    )
+    await _record(ex, kit, finished, prepare_ms=prepare_ms)
+    if finished.outcome == Outcome.SUCCEEDED or not kit.keep_failed:
+        kit.staging.discard(tree)
+
+
+async def _run_handler(ex: Execution, kit: Toolkit, op: Operation) -> executor.Finished:
+    try:
+        fn = _load_handler(op.handler or "")
+    except (ImportError, AttributeError, TypeError) as exc:
+        return executor.Finished(Outcome.REFUSED, reason=f"handler {op.handler}: {exc}")
+    ctx = JobContext(claim=ex.claim, runner=kit.runner, pool=kit.pool)
+    return await executor.run_handler(fn, ctx, timeout_s=op.timeout_s, stop=ex.stop)
+
+
+def _load_handler(spec: str) -> Callable[..., Awaitable[Any]]:
+    module, _, attr = spec.partition(":")
+    fn = getattr(importlib.import_module(module), attr)
+    if not inspect.iscoroutinefunction(fn):
+        raise TypeError("a handler is an `async def` taking a JobContext")
+    return fn  # type: ignore[no-any-return]
+
+
+def _job_env(ex: Execution, kit: Toolkit) -> dict[str, str]:
+    c = ex.claim
+    return {
+        "FLEETQ_JOB_ID": str(c.job_id),
+        "FLEETQ_FENCING_TOKEN": str(c.lease_version),
+        "FLEETQ_RUN_ID": str(ex.run_id),
+        "FLEETQ_PROJECT": c.project,
+        "FLEETQ_OPERATION": c.operation,
+        "FLEETQ_COMMIT": c.commit_sha,
+        "FLEETQ_NODE": kit.node,
+    }
+
+
+async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_ms: int) -> None:
+    ex.pid = pid
+    start = StartReport(
+        job_id=ex.claim.job_id,
+        lease_version=ex.claim.lease_version,
+        node=kit.node,
+        run_id=ex.run_id,
+        pid=pid,
+        process_started_at=at,
+        prepare_ms=prepare_ms,
+    )
+    try:
+        await leasing.report_start(kit.driver, runner=kit.runner, start=start)
+        log.info("started job=%d token=%d pid=%d", ex.claim.job_id, ex.claim.lease_version, pid)
+    except StaleLease:
+        ex.request_stop("stale")
+    except ConnectionFailed as exc:
+        # The lease is still ours until it expires; heartbeats will tell. The reconciler
+        # (next issue) adopts a run whose start report was lost.
+        log.warning("start report failed job=%d: %s", ex.claim.job_id, exc)
+
+
+async def _record(
+    ex: Execution, kit: Toolkit, finished: executor.Finished, prepare_ms: int | None = None
+) -> None:
+    c = ex.claim
+    if finished.outcome is None:
+        log.info("stopped job=%d token=%d reason=%s", c.job_id, c.lease_version, ex.stop_reason)
+        return
+    report = OutcomeReport(
+        job_id=c.job_id,
+        lease_version=c.lease_version,
+        outcome=finished.outcome,
+        exit_code=finished.exit_code,
+        reason=finished.reason,
+        log_tail=finished.log_tail,
+        prepare_ms=prepare_ms,
+        run_ms=finished.run_ms,
+    )
+    status = await kit.reporter.record(report)
+    log.info(
+        "%s job=%d token=%d exit=%s write=%s",
+        finished.outcome,
+        c.job_id,
+        c.lease_version,
+        finished.exit_code,
+        status,
+    )

@@ -1,0 +1,228 @@
+"""Run one job and return what happened, as a value; never raise for the job's failure.
+
+Commands run as argv (the operation's command split like a shell would, but no shell
+runs) in their own session, so the whole process group can be signalled, with an
+allow-listed environment: the runner's DSN and secrets never reach a job. Output goes to
+a log file (not a pipe), whose tail goes into the outcome. A timeout or a stop request
+sends SIGTERM to the group, then SIGKILL after a grace period, and waits until psutil
+sees no process of the group left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+from fleetq.core.errors import StaleLease
+from fleetq.core.models import Outcome
+
+TAIL_BYTES = 4096
+STOP_GRACE_S = 5.0
+ENV_ALLOW = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME")
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What an execution came to. `outcome` is None when it was stopped on request (the
+    runner no longer holds the lease, or is shutting down): no outcome is written then."""
+
+    outcome: Outcome | None
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str | None = None
+    log_tail: str = ""
+    run_ms: int = 0
+
+
+OnStart = Callable[[int, datetime], Awaitable[None]]
+
+
+def job_environment(extra: dict[str, str]) -> dict[str, str]:
+    """The allow-listed environment plus the job's FLEETQ_* variables."""
+    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOW}
+    env.update(extra)
+    return env
+
+
+async def run_command(
+    command: str,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    log_path: Path,
+    on_start: OnStart,
+    stop: asyncio.Event,
+) -> Finished:
+    """Run a command to its end, its timeout, or a stop request."""
+    argv = shlex.split(command)
+    started = time.monotonic()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:  # noqa: ASYNC230 - a local file, opened once
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return Finished(
+                Outcome.FAILED, reason="launch", log_tail=f"cannot run {argv[0]}: {exc.strerror}"
+            )
+    await on_start(proc.pid, _process_start(proc.pid))
+    waiter = asyncio.ensure_future(proc.wait())
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {waiter, stopper}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        stopper.cancel()
+
+    def elapsed() -> int:
+        return int((time.monotonic() - started) * 1000)
+
+    if waiter in done:
+        await terminate_group(proc.pid, grace_s=0)  # leftovers the command left behind
+        return _exited(proc.returncode, _tail(log_path), elapsed())
+    timed_out = stopper not in done
+    await terminate_group(proc.pid, grace_s=STOP_GRACE_S)
+    await waiter
+    if timed_out:
+        return Finished(
+            Outcome.FAILED,
+            signal=_signal_of(proc.returncode),
+            reason="timeout",
+            log_tail=_tail(log_path),
+            run_ms=elapsed(),
+        )
+    return Finished(
+        None,
+        signal=_signal_of(proc.returncode),
+        reason="stopped",
+        log_tail=_tail(log_path),
+        run_ms=elapsed(),
+    )
+
+
+async def run_handler(
+    handler: Callable[..., Awaitable[object]],
+    ctx: object,
+    *,
+    timeout_s: float,
+    stop: asyncio.Event,
+) -> Finished:
+    """Await an in-process handler to its end, its timeout, or a stop request."""
+    started = time.monotonic()
+
+    def elapsed() -> int:
+        return int((time.monotonic() - started) * 1000)
+
+    task = asyncio.ensure_future(handler(ctx))
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {task, stopper}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        stopper.cancel()
+    if task not in done:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        if stopper in done:
+            return Finished(None, reason="stopped", run_ms=elapsed())
+        return Finished(Outcome.FAILED, reason="timeout", run_ms=elapsed())
+    try:
+        result = task.result()
+    except StaleLease:
+        return Finished(None, reason="stale", run_ms=elapsed())
+    except Exception:
+        return Finished(
+            Outcome.FAILED,
+            reason="exception",
+            log_tail=traceback.format_exc()[-TAIL_BYTES:],
+            run_ms=elapsed(),
+        )
+    tail = "" if result is None else str(result)[-TAIL_BYTES:]
+    return Finished(Outcome.SUCCEEDED, exit_code=0, log_tail=tail, run_ms=elapsed())
+
+
+async def terminate_group(pgid: int, *, grace_s: float, deadline_s: float = 30.0) -> bool:
+    """SIGTERM the process group, SIGKILL what is left after `grace_s`, and wait (with a
+    deadline) until no process of the group remains. True when the group is gone."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, deadline_s)):
+        if not group_members(pgid):
+            return True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        end = time.monotonic() + wait_s
+        # no event exists for "a process group is gone": poll the process table
+        while time.monotonic() < end and group_members(pgid):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    return not group_members(pgid)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group."""
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                members.append(proc.pid)
+    return members
+
+
+def _process_start(pid: int) -> datetime:
+    try:
+        return datetime.fromtimestamp(psutil.Process(pid).create_time(), UTC)
+    except psutil.Error:
+        return datetime.now(UTC)
+
+
+def _exited(returncode: int | None, tail: str, run_ms: int) -> Finished:
+    if returncode is None or returncode < 0:
+        return Finished(
+            Outcome.FAILED,
+            signal=_signal_of(returncode),
+            reason="signal",
+            log_tail=tail,
+            run_ms=run_ms,
+        )
+    outcome = Outcome.SUCCEEDED if returncode == 0 else Outcome.FAILED
+    return Finished(
+        outcome,
+        exit_code=returncode,
+        reason=None if returncode == 0 else "exit",
+        log_tail=tail,
+        run_ms=run_ms,
+    )
+
+
+def _signal_of(returncode: int | None) -> int | None:
+    return -returncode if returncode is not None and returncode < 0 else None
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,118 @@
+"""`fleetq-runner`: serve lanes of the fleet queue on this node."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fleetq.core.db import resolve_dsn
+from fleetq.core.errors import FleetqError
+from fleetq.runner import config as runner_config
+from fleetq.runner.service import RunnerService, install_signals
+
+
+def _lane(value: str) -> tuple[str, int]:
+    lane, sep, slots = value.partition("=")
+    if not sep or not slots.isdigit() or int(slots) < 1:
+        raise argparse.ArgumentTypeError(f"--lane wants LANE=SLOTS (e.g. checks=4), got {value!r}")
+    return lane, int(slots)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The runner's command line."""
+    p = argparse.ArgumentParser(
+        prog="fleetq-runner",
+        description="Claim and run fleetq jobs on this node: only jobs whose lane it serves, "
+        "whose capabilities it has, and that fit its free slots, memory and CPUs. With no "
+        "--dsn and no FLEETQ_DSN it uses this machine's embedded PostgreSQL.",
+    )
+    p.add_argument("--node", help="this node's name (required, here or in --config)")
+    p.add_argument("--name", help="this runner's name on the node (default: runner)")
+    p.add_argument(
+        "--lane",
+        action="append",
+        type=_lane,
+        default=[],
+        metavar="LANE=SLOTS",
+        help="serve LANE with SLOTS parallel jobs (repeatable)",
+    )
+    p.add_argument(
+        "--capability",
+        action="append",
+        default=[],
+        metavar="CAP",
+        help="advertise a capability, e.g. browser (repeatable)",
+    )
+    p.add_argument("--memory-mb", type=int, help="memory to offer (default: total minus 512)")
+    p.add_argument("--cpus", type=float, help="CPUs to offer (default: the CPU count)")
+    p.add_argument("--dsn", help="PostgreSQL connection URI (default: $FLEETQ_DSN, else embedded)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="runner.toml",
+        help="read these settings from a TOML file (flags win)",
+    )
+    p.add_argument(
+        "--work-dir", type=Path, help="staging, mirrors and logs (default: $FLEETQ_HOME/runners)"
+    )
+    p.add_argument("--keep-failed", action="store_true", help="keep staged trees of failed jobs")
+    p.add_argument(
+        "--grace",
+        type=float,
+        dest="grace_s",
+        metavar="SECONDS",
+        help="on SIGTERM, let running jobs finish this long (default 30)",
+    )
+    p.add_argument("--batch", type=int, help="claim at most this many jobs at once (default 32)")
+    p.add_argument(
+        "--poll",
+        type=float,
+        dest="poll_interval_s",
+        metavar="SECONDS",
+        help="poll this often when no notification arrives (default 1)",
+    )
+    p.add_argument(
+        "--exit-when-drained", action="store_true", help="exit once drained (after `fleetq drain`)"
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log every claim")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the runner until SIGTERM/SIGINT (twice: stop running jobs at once)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    overrides: dict[str, object] = {
+        "node": args.node,
+        "name": args.name,
+        "memory_mb": args.memory_mb,
+        "cpus": args.cpus,
+        "dsn": args.dsn,
+        "work_dir": args.work_dir,
+        "grace_s": args.grace_s,
+        "batch": args.batch,
+        "poll_interval_s": args.poll_interval_s,
+        "keep_failed": args.keep_failed or None,
+        "exit_when_drained": args.exit_when_drained or None,
+        "lanes": dict(args.lane) or None,
+        "capabilities": args.capability or None,
+    }
+    try:
+        config = runner_config.load(overrides, args.config)
+        service = RunnerService(config)
+
+        async def serve() -> int:
+            install_signals(service, asyncio.get_running_loop().add_signal_handler)
+            return await service.run(resolve_dsn(config.dsn))
+
+        return asyncio.run(serve())
+    except FleetqError as exc:
+        print(f"fleetq-runner: error: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,413 @@
+"""The runner's composition root: one TaskGroup of named loops around local executions.
+
+Loops: a claim loop per lane (a long `checks` job never delays a `control` operation),
+the LISTEN connection (wake-ups and operator control), the heartbeat (leases and
+liveness, and following the runner's own row), the reporter (batched outcomes) and a
+reaper pass (one leader fleet-wide). Shutdown: stop claiming, let running jobs finish
+up to the grace period, stop the rest and hand their leases back so they are requeued
+at once, flush outcomes, and say offline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from fleetq import __version__
+from fleetq.core import fleet, leasing, migrate, queries
+from fleetq.core.driver import AsyncpgDriver, prepare_asyncpg
+from fleetq.core.errors import FleetqError, StaleLease
+from fleetq.core.models import Claim, JobId, Registration, RunnerId, RunnerState
+from fleetq.runner.config import RunnerConfig
+from fleetq.runner.execution import Execution, Operation, Toolkit, carry_out
+from fleetq.runner.reporter import Reporter
+from fleetq.runner.staging import Staging
+
+log = logging.getLogger(__name__)
+
+# Runner sessions never hold a transaction or a lock for long (DESIGN: every call has a
+# client timeout too, in the driver).
+SESSION_SETTINGS = {
+    "statement_timeout": "30000",
+    "lock_timeout": "10000",
+    "idle_in_transaction_session_timeout": "60000",
+    "application_name": "fleetq-runner",
+}
+BACKOFF_MAX_S = 5.0
+PING_S = 10.0
+
+
+class RunnerService:
+    """One fleetq-runner process."""
+
+    def __init__(self, config: RunnerConfig) -> None:
+        self.config = config
+        self.runner = RunnerId(config.runner_id)
+        self.executions: dict[JobId, Execution] = {}
+        self.tasks: dict[JobId, asyncio.Task[None]] = {}
+        self.wakes = {lane: asyncio.Event() for lane in config.lanes}
+        self.state = RunnerState.ACTIVE
+        self.shutdown_requested = asyncio.Event()
+        self.immediate = False
+        self.immediate_requested = asyncio.Event()
+        self.done = asyncio.Event()
+        self.lease_seconds = 30
+        self._operations: dict[tuple[str, str], Operation] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def request_shutdown(self) -> None:
+        """First call: graceful. Second call: stop running jobs now."""
+        if self.shutdown_requested.is_set():
+            self.immediate = True
+            self.immediate_requested.set()
+        self.shutdown_requested.set()
+        self._wake_all()
+
+    async def run(self, dsn: str) -> int:
+        """Serve until shut down; returns the process exit status."""
+        pool = await asyncpg.create_pool(
+            dsn,
+            min_size=1,
+            max_size=4 + len(self.config.lanes),
+            init=prepare_asyncpg,
+            server_settings=SESSION_SETTINGS,
+        )
+        self.driver = AsyncpgDriver(pool)
+        try:
+            await migrate.require_current_async(self.driver)
+            await self._register()
+            self.reporter = Reporter(self.driver, self.runner)
+            directory = self.config.directory()
+            self.kit = Toolkit(
+                driver=self.driver,
+                pool=pool,
+                runner=self.runner,
+                node=self.config.node,
+                staging=Staging(directory),
+                reporter=self.reporter,
+                logs=directory / "logs",
+                keep_failed=self.config.keep_failed,
+                operation=self._operation,
+            )
+            reporter_stop = asyncio.Event()
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._listen(dsn), name="listener")
+                for lane in self.config.lanes:
+                    tg.create_task(self._claim_loop(lane), name=f"claim:{lane}")
+                tg.create_task(self._heartbeat_loop(), name="heartbeat")
+                tg.create_task(self._reap_loop(), name="reaper")
+                tg.create_task(self.reporter.run(reporter_stop), name="reporter")
+                await self._shutdown(reporter_stop)
+            return 0
+        finally:
+            await self.driver.close()
+
+    async def _register(self) -> None:
+        c = self.config
+        await fleet.register(
+            self.driver,
+            Registration(
+                node=c.node,
+                name=c.name,
+                capabilities=c.capabilities,
+                memory_mb=c.memory_mb,
+                cpu_millis=c.cpu_millis,
+                lanes=dict(c.lanes),
+                version=__version__,
+                pid=os.getpid(),
+            ),
+        )
+        rows = await self.driver.fetch(queries.sql("runners_lease_seconds"))
+        self.lease_seconds = int(rows[0]["lease_seconds"])
+        await self._follow_state()
+        lanes = " ".join(f"{lane}={slots}" for lane, slots in sorted(c.lanes.items()))
+        log.info(
+            "runner %s serving %s capabilities=%s memory_mb=%d cpus=%g state=%s",
+            self.runner,
+            lanes,
+            ",".join(c.capabilities) or "-",
+            c.memory_mb,
+            c.cpus,
+            self.state,
+        )
+
+    async def _shutdown(self, reporter_stop: asyncio.Event) -> None:
+        await self.shutdown_requested.wait()
+        log.info("shutting down: no new claims; %d running", len(self.tasks))
+        grace = 0.0 if self.immediate else self.config.grace_s
+        if self.tasks and grace:
+            waiter = asyncio.ensure_future(self.immediate_requested.wait())
+            await asyncio.wait(
+                [*self.tasks.values(), waiter], timeout=grace, return_when=asyncio.ALL_COMPLETED
+            )
+            waiter.cancel()
+        leftovers = list(self.executions.values())
+        for ex in leftovers:
+            ex.request_stop("shutdown")
+        if self.tasks:
+            await asyncio.wait(list(self.tasks.values()))
+        for ex in leftovers:
+            with contextlib.suppress(FleetqError):
+                await leasing.release(
+                    self.driver,
+                    runner=self.runner,
+                    job_id=ex.claim.job_id,
+                    token=ex.claim.lease_version,
+                    reason="runner shutdown",
+                )
+                log.info(
+                    "released job=%d token=%d (requeued)", ex.claim.job_id, ex.claim.lease_version
+                )
+        reporter_stop.set()
+        self.reporter.wake.set()
+        with contextlib.suppress(FleetqError):
+            await fleet.set_state(
+                self.driver,
+                runner=self.runner,
+                state=RunnerState.OFFLINE,
+                reason="shut down",
+                actor=self.runner,
+            )
+        self.done.set()
+        self._wake_all()
+
+    # -- claiming ----------------------------------------------------------------------
+
+    def _claiming(self) -> bool:
+        return self.state == RunnerState.ACTIVE and not self.shutdown_requested.is_set()
+
+    def _running_in(self, lane: str) -> int:
+        return sum(1 for ex in self.executions.values() if ex.lane == lane)
+
+    async def _claim_loop(self, lane: str) -> None:
+        wake = self.wakes[lane]
+        claim_id = uuid.uuid4()
+        failures = 0
+        while not self.done.is_set():
+            wake.clear()  # before claiming: a hint that arrives meanwhile is not lost
+            free = self.config.lanes[lane] - self._running_in(lane)
+            if self._claiming() and free > 0:
+                limit = min(self.config.batch, free)
+                try:
+                    claims = await leasing.claim(
+                        self.driver, runner=self.runner, lane=lane, limit=limit, claim_id=claim_id
+                    )
+                except FleetqError as exc:
+                    # same claim id on retry: a claim that committed is returned, not lost
+                    failures += 1
+                    log.warning("claim failed lane=%s (%s); retrying", lane, exc)
+                    await asyncio.sleep(min(BACKOFF_MAX_S, 0.1 * 2**failures))
+                    continue
+                failures = 0
+                claim_id = uuid.uuid4()
+                for c in claims:
+                    self._launch(c, lane)
+                if len(claims) == limit:
+                    continue  # there may be more right behind
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), self.config.poll_interval_s)
+
+    def _launch(self, claim: Claim, lane: str) -> None:
+        ex = Execution(claim=claim, lane=lane)
+        self.executions[claim.job_id] = ex
+        log.debug("claimed job=%d token=%d lane=%s", claim.job_id, claim.lease_version, lane)
+        task = asyncio.create_task(self._execute(ex), name=f"job:{claim.job_id}")
+        self.tasks[claim.job_id] = task
+        task.add_done_callback(functools.partial(self._finished, claim.job_id, lane))
+
+    def _finished(self, job_id: JobId, lane: str, _task: asyncio.Task[None]) -> None:
+        self.executions.pop(job_id, None)
+        self.tasks.pop(job_id, None)
+        self.wakes[lane].set()
+
+    async def _execute(self, ex: Execution) -> None:
+        try:
+            await carry_out(ex, self.kit)
+        except Exception:
+            log.exception("execution of job=%d failed inside the runner", ex.claim.job_id)
+        if ex.stop_reason in ("cancelled", "superseded", "stale"):
+            reason = "superseded" if ex.stop_reason == "stale" else ex.stop_reason
+            with contextlib.suppress(FleetqError):
+                await leasing.confirm_stop(
+                    self.driver,
+                    runner=self.runner,
+                    job_id=ex.claim.job_id,
+                    token=ex.claim.lease_version,
+                    signal=None,
+                    reason=reason,
+                )
+                log.info(
+                    "stop confirmed job=%d token=%d reason=%s",
+                    ex.claim.job_id,
+                    ex.claim.lease_version,
+                    reason,
+                )
+
+    async def _operation(self, project: str, name: str) -> Operation | None:
+        if (project, name) not in self._operations:
+            rows = await self.driver.fetch(queries.sql("lease_operations"))
+            self._operations = {
+                (r["project"], r["operation"]): Operation(
+                    command=r["command"],
+                    handler=r["handler"],
+                    timeout_s=r["timeout_s"],
+                    repository=r["repository"],
+                )
+                for r in rows
+            }
+        return self._operations.get((project, name))
+
+    # -- leases, state, wake-ups -------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        interval = max(0.2, self.lease_seconds / 3)
+        while not self.done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), interval)
+            if self.done.is_set():
+                return
+            try:
+                await self._heartbeat_once()
+            except FleetqError as exc:
+                log.warning("heartbeat failed (%s)", exc)
+
+    async def _heartbeat_once(self) -> None:
+        leases = [(j, ex.claim.lease_version) for j, ex in self.executions.items()]
+        answers = await leasing.heartbeat(self.driver, runner=self.runner, leases=leases)
+        stale = [a.job_id for a in answers if a.status == "stale"]
+        if stale:
+            await self._stop_lost(stale)
+        await self._follow_state()
+
+    async def _stop_lost(self, job_ids: list[JobId]) -> None:
+        """Stop local executions whose lease this runner no longer holds."""
+        rows = await self.driver.fetch(queries.sql("lease_job_states"), job_ids)
+        for row in rows:
+            ex = self.executions.get(row["job_id"])
+            if ex is None:
+                continue
+            held = (
+                row["lease_owner"] == self.runner
+                and row["lease_version"] == ex.claim.lease_version
+                and row["state"] in ("claimed", "running")
+            )
+            if not held:
+                reason = "cancelled" if row["state"] == "cancelled" else "superseded"
+                log.info(
+                    "stopping job=%d token=%d: %s", ex.claim.job_id, ex.claim.lease_version, reason
+                )
+                ex.request_stop(reason)
+
+    async def _follow_state(self) -> None:
+        rows = await self.driver.fetch(queries.sql("runners_get_state"), self.runner)
+        before, self.state = self.state, RunnerState(rows[0]["state"])
+        if before != self.state:
+            log.info("runner state %s -> %s", before, self.state)
+            self._wake_all()
+        if self.state == RunnerState.DRAINED and self.config.exit_when_drained:
+            log.info("drained; exiting as asked (--exit-when-drained)")
+            self.request_shutdown()
+
+    async def _reap_loop(self) -> None:
+        while not self.done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), self.config.reap_interval_s)
+            with contextlib.suppress(FleetqError):
+                result = await leasing.reap(self.driver)
+                if result.requeued or result.failed:
+                    log.info(
+                        "reaped expired leases: %d requeued, %d failed",
+                        result.requeued,
+                        result.failed,
+                    )
+
+    def _wake_all(self) -> None:
+        for wake in self.wakes.values():
+            wake.set()
+
+    async def _listen(self, dsn: str) -> None:
+        """A dedicated LISTEN connection (never pooled: a pool runs UNLISTEN * on release),
+        re-established after a drop; after each (re)connect every lane polls once, so a
+        notification missed meanwhile costs nothing."""
+        failures = 0
+        while not self.done.is_set():
+            lost = asyncio.Event()
+            try:
+                conn = await asyncpg.connect(dsn, timeout=10, server_settings=SESSION_SETTINGS)
+            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+                failures += 1
+                log.warning("LISTEN connection failed (%s); retrying", exc)
+                await asyncio.sleep(min(BACKOFF_MAX_S, 0.1 * 2**failures))
+                continue
+            failures = 0
+            try:
+                conn.add_termination_listener(functools.partial(_set_event, lost))
+                await conn.add_listener("fleetq_work", self._on_work)
+                await conn.add_listener("fleetq_control", self._on_control)
+                self._wake_all()
+                await self._watch(conn, lost)
+            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+                log.warning("LISTEN connection lost (%s); reconnecting", exc)
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.close(timeout=2)
+
+    async def _watch(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
+        while not self.done.is_set() and not lost.is_set():
+            stop = asyncio.ensure_future(self.done.wait())
+            gone = asyncio.ensure_future(lost.wait())
+            await asyncio.wait({stop, gone}, timeout=PING_S, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            gone.cancel()
+            if not self.done.is_set() and not lost.is_set():
+                await conn.fetchval("SELECT 1", timeout=5)  # a silent network drop shows here
+
+    def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        wake = self.wakes.get(str(payload))
+        if wake is not None:
+            wake.set()
+
+    def _on_control(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        kind, _, ident = str(payload).partition(":")
+        if kind == "runner" and ident == self.runner:
+            self._spawn(self._follow_state())
+        elif kind == "job" and ident.isdigit() and JobId(int(ident)) in self.executions:
+            self._spawn(self._stop_lost([JobId(int(ident))]))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(self._quietly(coro))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _quietly(self, coro: Any) -> None:
+        try:
+            await coro
+        except (FleetqError, StaleLease) as exc:
+            log.warning("control action failed: %s", exc)
+
+    @property
+    def _background(self) -> set[asyncio.Task[None]]:
+        if not hasattr(self, "_bg"):
+            self._bg: set[asyncio.Task[None]] = set()
+        return self._bg
+
+
+def _set_event(event: asyncio.Event, _conn: object) -> None:
+    event.set()
+
+
+def install_signals(service: RunnerService, add: Callable[[int, Callable[[], None]], None]) -> None:
+    """SIGTERM/SIGINT: graceful shutdown; a second one stops running jobs at once."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        add(sig, service.request_shutdown)

@@ -1,0 +1,117 @@
+"""Prepare: put a job's exact commit in a fresh directory of its own.
+
+Each project has a local mirror (cloned once, fetched only when a commit is missing).
+Each execution gets `git clone --shared --no-checkout` of the mirror and a detached
+checkout of the commit, so the tree is a real git checkout with a populated index:
+`git status` is clean and `git rev-parse HEAD` is the commit, which the tools under test
+expect (an exported tree without an index once failed checks for that reason).
+Every git command that takes a commit gets `--end-of-options`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+from fleetq.core.errors import FleetqError
+
+
+class StagingFailed(FleetqError):
+    """The commit could not be staged; the job is refused."""
+
+
+class Staging:
+    """Mirrors and per-execution trees below one runner directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.mirrors = root / "mirrors"
+        self.trees = root / "trees"
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def stage(self, *, repository: str, commit: str, name: str) -> Path:
+        """A fresh checkout of `commit` at trees/`name`; raises `StagingFailed`."""
+        mirror = await self._mirror_with(repository, commit)
+        tree = self.trees / name
+        shutil.rmtree(tree, ignore_errors=True)
+        self.trees.mkdir(parents=True, exist_ok=True)
+        await _git(None, "clone", "--quiet", "--shared", "--no-checkout", str(mirror), str(tree))
+        await _git(
+            tree,
+            "-c",
+            "advice.detachedHead=false",
+            "switch",
+            "--quiet",
+            "--detach",
+            "--end-of-options",
+            commit,
+        )
+        return tree
+
+    def discard(self, tree: Path) -> None:
+        """Remove a staged tree (after the outcome is recorded)."""
+        shutil.rmtree(tree, ignore_errors=True)
+
+    async def _mirror_with(self, repository: str, commit: str) -> Path:
+        key = hashlib.sha256(repository.encode()).hexdigest()[:16]
+        mirror = self.mirrors / f"{key}.git"
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if not (mirror / "HEAD").exists():
+                self.mirrors.mkdir(parents=True, exist_ok=True)
+                tmp = mirror.with_suffix(".tmp")
+                shutil.rmtree(tmp, ignore_errors=True)
+                await _git(
+                    None,
+                    "clone",
+                    "--quiet",
+                    "--mirror",
+                    "--end-of-options",
+                    repository,
+                    str(tmp),
+                    failure=f"cannot clone {repository}",
+                )
+                tmp.rename(mirror)
+            if not await _has_commit(mirror, commit):
+                await _git(
+                    mirror,
+                    "fetch",
+                    "--quiet",
+                    "--prune",
+                    "origin",
+                    failure=f"cannot fetch {repository}",
+                )
+                if not await _has_commit(mirror, commit):
+                    raise StagingFailed(f"commit {commit} is not in {repository}")
+        return mirror
+
+
+async def _has_commit(repo: Path, commit: str) -> bool:
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        "-C",
+        str(repo),
+        "cat-file",
+        "-e",
+        "--end-of-options",
+        f"{commit}^{{commit}}",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    return await proc.wait() == 0
+
+
+async def _git(repo: Path | None, *args: str, failure: str | None = None) -> None:
+    argv = ["git", *(["-C", str(repo)] if repo else []), *args]
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+    )
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        detail = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        raise StagingFailed(f"{failure or 'git ' + args[0] + ' failed'}: {detail[0]}")
