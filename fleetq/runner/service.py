@@ -146,9 +146,11 @@ class RunnerService:
         grace = 0.0 if self.immediate else self.config.grace_s
         if self.tasks and grace:
             waiter = asyncio.ensure_future(self.immediate_requested.wait())
+            running = asyncio.ensure_future(asyncio.wait(list(self.tasks.values())))
             await asyncio.wait(
-                [*self.tasks.values(), waiter], timeout=grace, return_when=asyncio.ALL_COMPLETED
+                [running, waiter], timeout=grace, return_when=asyncio.FIRST_COMPLETED
             )
+            running.cancel()
             waiter.cancel()
         leftovers = list(self.executions.values())
         for ex in leftovers:
@@ -228,6 +230,8 @@ class RunnerService:
         self.executions.pop(job_id, None)
         self.tasks.pop(job_id, None)
         self.wakes[lane].set()
+        if self.state == RunnerState.DRAINING and not self.executions:
+            self._spawn(self._heartbeat_once())  # say "drained" now, not at the next beat
 
     async def _execute(self, ex: Execution) -> None:
         try:

@@ -135,8 +135,8 @@ async def _insert(conn: asyncpg.Connection, runners: list[RunnerSpec], job: JobS
 
 async def _check(driver: AsyncpgDriver, runners: list[RunnerSpec], job: JobSpec) -> None:
     try:
-        async with driver.conn.transaction():
-            job_id = await _insert(driver.conn, runners, job)
+        async with _conn(driver).transaction():
+            job_id = await _insert(_conn(driver), runners, job)
             explained = await eligibility.explain(driver, job_id)
             for verdict in explained.runners:
                 claimed = await _claim_in_savepoint(driver, RunnerId(verdict.runner_id), job.lane)
@@ -150,13 +150,18 @@ async def _check(driver: AsyncpgDriver, runners: list[RunnerSpec], job: JobSpec)
 
 async def _claim_in_savepoint(driver: AsyncpgDriver, runner: RunnerId, lane: str) -> bool:
     try:
-        async with driver.conn.transaction():
+        async with _conn(driver).transaction():
             got = await leasing.claim(driver, runner=runner, lane=lane, limit=1)
             raise Rollback if not got else _Claimed
     except _Claimed:
         return True
     except Rollback:
         return False
+
+
+def _conn(driver: AsyncpgDriver) -> asyncpg.Connection:
+    assert isinstance(driver.conn, asyncpg.Connection)
+    return driver.conn
 
 
 class _Claimed(Exception):
