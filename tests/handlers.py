@@ -11,7 +11,8 @@ async def record_effect(ctx: JobContext) -> str:
     """Write an effect in a transaction fenced by the lease."""
     async with ctx.transaction() as conn:
         await conn.execute(
-            "INSERT INTO effects (job_id, token) VALUES ($1, $2)", ctx.claim.job_id, ctx.token)
+            "INSERT INTO effects (job_id, token) VALUES ($1, $2)", ctx.claim.job_id, ctx.token
+        )
     return f"effect written under token {ctx.token}"
 
 

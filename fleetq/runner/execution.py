@@ -180,7 +180,10 @@ async def _record(
         run_ms=finished.run_ms,
     )
     status = await kit.reporter.record(report)
-    log.info(
+    # handler jobs can run thousands a second: their success lines are debug (-v)
+    level = logging.DEBUG if finished.exit_code == 0 and ex.pid is None else logging.INFO
+    log.log(
+        level,
         "%s job=%d token=%d exit=%s write=%s",
         finished.outcome,
         c.job_id,

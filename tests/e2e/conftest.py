@@ -37,8 +37,9 @@ class Repo:
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -128,19 +129,40 @@ StartRunner = Callable[..., RunnerProcess]
 def start_runner(fleet_dsn: str, tmp_path: Path) -> Iterator[StartRunner]:
     started: list[RunnerProcess] = []
 
-    def start(node: str = "node-a", name: str = "r", *, lanes: tuple[str, ...] = (
-              "checks=2", "control=1"), extra: tuple[str, ...] = ()) -> RunnerProcess:
+    def start(
+        node: str = "node-a",
+        name: str = "r",
+        *,
+        lanes: tuple[str, ...] = ("checks=2", "control=1"),
+        extra: tuple[str, ...] = (),
+    ) -> RunnerProcess:
         log = tmp_path / f"{node}-{name}.log"
-        argv = [sys.executable, "-m", "fleetq.runner", "--dsn", fleet_dsn, "--node", node,
-                "--name", name, "--work-dir", str(tmp_path / "work"), "--poll", "0.2",
-                *[a for lane in lanes for a in ("--lane", lane)], *extra]
+        argv = [
+            sys.executable,
+            "-m",
+            "fleetq.runner",
+            "--dsn",
+            fleet_dsn,
+            "--node",
+            node,
+            "--name",
+            name,
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--poll",
+            "0.2",
+            *[a for lane in lanes for a in ("--lane", lane)],
+            *extra,
+        ]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         with open(log, "wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         runner = RunnerProcess(proc=proc, log=log, runner_id=f"{node}/{name}")
         started.append(runner)
-        wait_until(lambda: "serving" in runner.output() or proc.poll() is not None,
-                   what=f"runner {runner.runner_id} to start")
+        wait_until(
+            lambda: "serving" in runner.output() or proc.poll() is not None,
+            what=f"runner {runner.runner_id} to start",
+        )
         assert proc.poll() is None, runner.output()
         return runner
 
@@ -154,8 +176,10 @@ def stop(runner: RunnerProcess) -> None:
     if runner.proc.poll() is not None:
         return
     runner.proc.send_signal(signal.SIGTERM)
-    wait_until(lambda: "shutting down" in runner.output() or runner.proc.poll() is not None,
-               what="the runner to begin shutting down")
+    wait_until(
+        lambda: "shutting down" in runner.output() or runner.proc.poll() is not None,
+        what="the runner to begin shutting down",
+    )
     if runner.proc.poll() is None:
         runner.proc.send_signal(signal.SIGTERM)  # two signals sent at once would merge
     try:

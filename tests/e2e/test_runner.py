@@ -6,16 +6,28 @@ import signal
 
 import psutil
 
+from fleetq.core import producer
 from fleetq.core.db import SyncConnection, connect
 from tests.e2e.conftest import Repo, StartRunner, job_state, wait_until
 
 
-def _submit(conn: SyncConnection, operation: str, commit: str, **kw: object) -> int:
-    from fleetq.core import producer
-
-    return producer.submit_in_transaction(conn, project="repo", operation=operation,
-                                          commit=commit, submitted_by="tests",
-                                          **kw).job_id  # type: ignore[arg-type]
+def _submit(
+    conn: SyncConnection,
+    operation: str,
+    commit: str,
+    *,
+    requested_node: str | None = None,
+    payload: dict[str, object] | None = None,
+) -> int:
+    return producer.submit_in_transaction(
+        conn,
+        project="repo",
+        operation=operation,
+        commit=commit,
+        submitted_by="tests",
+        requested_node=requested_node,
+        payload=payload,
+    ).job_id
 
 
 def _row(conn: SyncConnection, sql: str, *params: object) -> tuple[object, ...]:
@@ -24,19 +36,22 @@ def _row(conn: SyncConnection, sql: str, *params: object) -> tuple[object, ...]:
     return tuple(row)
 
 
-def test_check_runs_against_the_exact_commit(fleet_dsn: str, repo: Repo,
-                                             start_runner: StartRunner) -> None:
+def test_check_runs_against_the_exact_commit(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
     with connect(fleet_dsn, autocommit=True) as conn:
         job = _submit(conn, "check", repo.old)
         start_runner()
         wait_until(lambda: job_state(conn, job) in ("succeeded", "failed"), what="the check")
-        verdict, code, tail = _row(conn, "SELECT verdict, exit_code, log_tail FROM "
-                                   "fleetq.results WHERE job_id = $1", job)
+        verdict, code, tail = _row(
+            conn, "SELECT verdict, exit_code, log_tail FROM fleetq.results WHERE job_id = $1", job
+        )
         assert (verdict, code) == ("passed", 0), tail
         assert f"status='' head={repo.old} token=1" in str(tail)
         assert "env clean" in str(tail)
-        pid, prepare_ms, ended = _row(conn, "SELECT pid, prepare_ms, ended_at FROM "
-                                      "fleetq.executions WHERE job_id = $1", job)
+        pid, prepare_ms, ended = _row(
+            conn, "SELECT pid, prepare_ms, ended_at FROM fleetq.executions WHERE job_id = $1", job
+        )
         assert pid and prepare_ms is not None and ended is not None
 
 
@@ -49,20 +64,24 @@ def test_unknown_commit_is_refused(fleet_dsn: str, start_runner: StartRunner) ->
         assert "is not in" in str(reason)
 
 
-def test_control_lane_is_not_blocked_by_busy_checks(fleet_dsn: str, repo: Repo,
-                                                    start_runner: StartRunner) -> None:
+def test_control_lane_is_not_blocked_by_busy_checks(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
     with connect(fleet_dsn, autocommit=True) as conn:
         long_jobs = [_submit(conn, "forever", repo.head) for _ in range(2)]
         start_runner(lanes=("checks=2", "control=1"))
-        wait_until(lambda: all(job_state(conn, j) == "claimed" for j in long_jobs),
-                   what="both checks slots to be busy")
+        wait_until(
+            lambda: all(job_state(conn, j) == "claimed" for j in long_jobs),
+            what="both checks slots to be busy",
+        )
         ping = _submit(conn, "ping", repo.head, payload={"n": 1})
         wait_until(lambda: job_state(conn, ping) == "succeeded", what="the control job")
         assert all(job_state(conn, j) == "claimed" for j in long_jobs)
 
 
-def test_capability_it_lacks_is_never_claimed(fleet_dsn: str, repo: Repo,
-                                              start_runner: StartRunner) -> None:
+def test_capability_it_lacks_is_never_claimed(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
     with connect(fleet_dsn, autocommit=True) as conn:
         browser = _submit(conn, "browser", repo.head)
         pinned = _submit(conn, "check", repo.old, requested_node="node-z")
@@ -70,13 +89,15 @@ def test_capability_it_lacks_is_never_claimed(fleet_dsn: str, repo: Repo,
         sentinel = _submit(conn, "check", repo.old)  # queued after them, same lane
         wait_until(lambda: job_state(conn, sentinel) == "succeeded", what="the sentinel")
         assert (job_state(conn, browser), job_state(conn, pinned)) == ("queued", "queued")
-        (reserved,) = _row(conn, "SELECT reserved_memory_mb + reserved_cpu_millis FROM "
-                           "fleetq.runners")
+        (reserved,) = _row(
+            conn, "SELECT reserved_memory_mb + reserved_cpu_millis FROM fleetq.runners"
+        )
         assert reserved == 0
 
 
-def test_a_timed_out_job_leaves_no_process_behind(fleet_dsn: str, repo: Repo,
-                                                  start_runner: StartRunner) -> None:
+def test_a_timed_out_job_leaves_no_process_behind(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
     with connect(fleet_dsn, autocommit=True) as conn:
         job = _submit(conn, "hang", repo.head)
         start_runner()
@@ -87,8 +108,9 @@ def test_a_timed_out_job_leaves_no_process_behind(fleet_dsn: str, repo: Repo,
         assert not _group_alive(int(str(pid)))
 
 
-def test_cancel_stops_the_process_and_confirms(fleet_dsn: str, repo: Repo,
-                                               start_runner: StartRunner) -> None:
+def test_cancel_stops_the_process_and_confirms(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
     from fleetq.cli.main import main
 
     with connect(fleet_dsn, autocommit=True) as conn:
@@ -98,16 +120,22 @@ def test_cancel_stops_the_process_and_confirms(fleet_dsn: str, repo: Repo,
         wait_until(lambda: job_state(conn, job) == "running", what="the job to start")
         (pid,) = _row(conn, "SELECT pid FROM fleetq.executions WHERE job_id = $1", job)
         assert main(["--dsn", fleet_dsn, "cancel", str(job)]) == 0
-        wait_until(lambda: _row(conn, "SELECT stop_confirmed FROM fleetq.executions "
-                                "WHERE job_id = $1", job)[0], what="the stop to be confirmed")
+        wait_until(
+            lambda: _row(
+                conn, "SELECT stop_confirmed FROM fleetq.executions WHERE job_id = $1", job
+            )[0],
+            what="the stop to be confirmed",
+        )
         assert not _group_alive(int(str(pid)))
-        reserved_on, state = _row(conn, "SELECT reserved_on, state FROM fleetq.jobs WHERE id = $1",
-                                  job)
+        reserved_on, state = _row(
+            conn, "SELECT reserved_on, state FROM fleetq.jobs WHERE id = $1", job
+        )
         assert (reserved_on, state) == (None, "cancelled")
 
 
-def test_drain_finishes_running_work_then_exits(fleet_dsn: str, repo: Repo,
-                                               start_runner: StartRunner) -> None:
+def test_drain_finishes_running_work_then_exits(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
     from fleetq.cli.main import main
 
     with connect(fleet_dsn, autocommit=True) as conn:
@@ -123,8 +151,9 @@ def test_drain_finishes_running_work_then_exits(fleet_dsn: str, repo: Repo,
         assert state == "offline"  # drained, then shut down as asked
 
 
-def test_sigterm_requeues_at_once_without_counting_a_loss(fleet_dsn: str, repo: Repo,
-                                                          start_runner: StartRunner) -> None:
+def test_sigterm_requeues_at_once_without_counting_a_loss(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
     with connect(fleet_dsn, autocommit=True) as conn:
         job = _submit(conn, "forever", repo.head)
         a = start_runner("node-a", extra=("--grace", "0.2"))
@@ -132,20 +161,28 @@ def test_sigterm_requeues_at_once_without_counting_a_loss(fleet_dsn: str, repo: 
         a.signal(signal.SIGTERM)
         assert a.wait() == 0, a.output()
         state, lost, reassigned, version = _row(
-            conn, "SELECT state, lost_count, reassign_count, lease_version FROM fleetq.jobs "
-            "WHERE id = $1", job)
+            conn,
+            "SELECT state, lost_count, reassign_count, lease_version FROM fleetq.jobs "
+            "WHERE id = $1",
+            job,
+        )
         assert (state, lost, reassigned, version) == ("queued", 0, 0, 1)
-        conn.execute("UPDATE fleetq.jobs SET operation = 'ping', lane = 'control' WHERE id = $1",
-                     [job])
+        conn.execute(
+            "UPDATE fleetq.jobs SET operation = 'ping', lane = 'control' WHERE id = $1", [job]
+        )
         start_runner("node-b")
         wait_until(lambda: job_state(conn, job) == "succeeded", what="runner b to finish it")
-        (owner,) = _row(conn, "SELECT runner_id FROM fleetq.events WHERE job_id = $1 "
-                        "AND kind = 'succeeded'", job)
+        (owner,) = _row(
+            conn,
+            "SELECT runner_id FROM fleetq.events WHERE job_id = $1 AND kind = 'succeeded'",
+            job,
+        )
         assert owner == "node-b/r"
 
 
-def test_handler_effect_commits_under_the_lease(fleet_dsn: str, repo: Repo,
-                                                start_runner: StartRunner) -> None:
+def test_handler_effect_commits_under_the_lease(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
     with connect(fleet_dsn, autocommit=True) as conn:
         job = _submit(conn, "effect", repo.head)
         start_runner()

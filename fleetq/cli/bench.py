@@ -1,0 +1,204 @@
+"""`fleetq bench`: a quick throughput and latency probe with no-op handler jobs.
+
+It runs in a scratch database of its own on the selected server (created, migrated and
+dropped), starts real `fleetq-runner` processes, and reads every figure back from
+database time (claimed_at, finished_at), so the probe measures the queue, not the
+probe. Two phases:
+
+1. throughput: N jobs enqueued up front, then drained by the runners;
+   jobs/s = N / (last outcome - first claim);
+2. latency: jobs submitted one by one at a steady rate to idle runners;
+   enqueue -> start percentiles (a handler's start is its claim).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from fleetq.cli.common import Commands
+from fleetq.core import config, migrate, queries
+from fleetq.core.db import connect, resolve_dsn, with_database
+from fleetq.core.driver import AsyncpgDriver, Driver
+from fleetq.core.errors import FleetqError
+
+BENCH_CONFIG = """
+[settings]
+lease_seconds = 30
+[lanes.bench]
+[projects.bench]
+repository = "/dev/null"
+[projects.bench.operations.noop]
+lane = "bench"
+handler = "fleetq.runner.handlers:noop"
+timeout_seconds = 60
+"""
+
+
+def register(commands: Commands) -> None:
+    """Add `bench`."""
+    p = commands.add_parser(
+        "bench",
+        help="measure throughput and enqueue->start latency with no-op jobs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--jobs", type=int, default=5000, help="jobs in the throughput phase")
+    p.add_argument("--runners", type=int, default=4, help="runner processes")
+    p.add_argument("--slots", type=int, default=256, help="bench-lane slots per runner")
+    p.add_argument("--batch", type=int, default=128, help="claim batch per runner")
+    p.add_argument("--rate", type=float, default=200.0, help="jobs/s in the latency phase")
+    p.add_argument("--latency-seconds", type=float, default=5.0, help="latency phase length")
+    p.add_argument("--timeout", type=float, default=300.0, help="give up after this long")
+    p.set_defaults(func=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    server = resolve_dsn(args.dsn)
+    name = f"fleetq_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"'.encode())
+    dsn = with_database(server, name)
+    try:
+        migrate.migrate(dsn)
+        with tempfile.TemporaryDirectory(prefix="fleetq-bench-") as tmp:
+            path = Path(tmp) / "bench.toml"
+            path.write_text(BENCH_CONFIG)
+            with connect(dsn) as conn:
+                config.apply(conn, config.load(path), source=path)
+            report = asyncio.run(_measure(args, dsn, Path(tmp)))
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+async def _measure(args: argparse.Namespace, dsn: str, work: Path) -> dict[str, Any]:
+    driver = await AsyncpgDriver.connect(dsn)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        first = await _last_id(driver) + 1
+        t0 = time.monotonic()
+        await driver.fetch(queries.sql("bench_enqueue"), args.jobs, timeout=args.timeout)
+        enqueue_s = time.monotonic() - t0
+        procs = [_start_runner(dsn, i, args, work) for i in range(args.runners)]
+        await _until(
+            lambda: _count(driver, "bench_registered", "n", args.runners),
+            args.timeout,
+            "runners to register",
+        )
+        await _until(
+            lambda: _count(driver, "bench_progress", "open", 0),
+            args.timeout,
+            "the throughput phase to finish",
+        )
+        (row,) = await driver.fetch(queries.sql("bench_throughput"), first)
+        seconds = float(row["seconds"] or 0)
+        throughput = {
+            "jobs": int(row["jobs"]),
+            "succeeded": int(row["succeeded"]),
+            "seconds": round(seconds, 3),
+            "enqueue_seconds": round(enqueue_s, 3),
+            "jobs_per_s": round(int(row["jobs"]) / seconds) if seconds else None,
+        }
+        latency = await _latency_phase(driver, args)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        await driver.close()
+    return {
+        "runners": args.runners,
+        "slots": args.slots,
+        "batch": args.batch,
+        "cpus": os.cpu_count(),
+        "throughput": throughput,
+        "latency": latency,
+    }
+
+
+async def _latency_phase(driver: Driver, args: argparse.Namespace) -> dict[str, Any]:
+    first = await _last_id(driver) + 1
+    total = max(1, int(args.rate * args.latency_seconds))
+    start = time.monotonic()
+    for i in range(total):
+        delay = start + i / args.rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)  # pacing the producer, not synchronising
+        await driver.fetch(queries.sql("bench_submit_one"))
+    await _until(
+        lambda: _count(driver, "bench_progress", "open", 0),
+        args.timeout,
+        "the latency phase to finish",
+    )
+    (row,) = await driver.fetch(queries.sql("bench_latency"), first)
+    p50, p95, p99 = (round(float(v), 2) for v in row["ms"])
+    return {
+        "rate_per_s": args.rate,
+        "jobs": int(row["jobs"]),
+        "enqueue_to_start_ms": {"p50": p50, "p95": p95, "p99": p99},
+    }
+
+
+def _start_runner(
+    dsn: str, i: int, args: argparse.Namespace, work: Path
+) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "fleetq.runner",
+        "--dsn",
+        dsn,
+        "--node",
+        f"bench{i}",
+        "--lane",
+        f"bench={args.slots}",
+        "--batch",
+        str(args.batch),
+        "--poll",
+        "0.5",
+        "--work-dir",
+        str(work),
+        "--grace",
+        "1",
+    ]
+    return subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=open(work / f"runner{i}.log", "wb")
+    )
+
+
+async def _last_id(driver: Driver) -> int:
+    (row,) = await driver.fetch(queries.sql("bench_last_id"))
+    return int(row["id"])
+
+
+async def _count(driver: Driver, query: str, column: str, target: int) -> bool:
+    (row,) = await driver.fetch(queries.sql(query))
+    return int(row[column]) == target
+
+
+async def _until(check: Any, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if await check():
+            return
+        await asyncio.sleep(0.01)  # polling a database condition with a deadline
+    raise FleetqError(f"bench: timed out waiting for {what}")

@@ -1,0 +1,43 @@
+"""`fleetq bench` runs end to end with small numbers and prints its figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_prints_figures(server_dsn: str) -> None:
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fleetq",
+            "--dsn",
+            server_dsn,
+            "bench",
+            "--jobs",
+            "300",
+            "--runners",
+            "2",
+            "--rate",
+            "50",
+            "--latency-seconds",
+            "0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["throughput"]["jobs"] == report["throughput"]["succeeded"] == 300
+    assert report["throughput"]["jobs_per_s"] > 0
+    assert report["latency"]["jobs"] == 25
+    assert set(report["latency"]["enqueue_to_start_ms"]) == {"p50", "p95", "p99"}
+    print(json.dumps(report))  # the figures, in the test log
