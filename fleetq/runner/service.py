@@ -41,6 +41,7 @@ SESSION_SETTINGS = {
     "idle_in_transaction_session_timeout": "60000",
     "application_name": "fleetq-runner",
 }
+LISTEN_SETTINGS = {**SESSION_SETTINGS, "application_name": "fleetq-runner-listen"}
 BACKOFF_MAX_S = 5.0
 PING_S = 10.0
 
@@ -61,6 +62,7 @@ class RunnerService:
         self.done = asyncio.Event()
         self.lease_seconds = 30
         self._operations: dict[tuple[str, str], Operation] = {}
+        self.claimers: list[asyncio.Task[None]] = []
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -101,8 +103,8 @@ class RunnerService:
             reporter_stop = asyncio.Event()
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._listen(dsn), name="listener")
-                for lane in self.config.lanes:
-                    tg.create_task(self._claim_loop(lane), name=f"claim:{lane}")
+                self.claimers = [tg.create_task(self._claim_loop(lane), name=f"claim:{lane}")
+                                 for lane in self.config.lanes]
                 tg.create_task(self._heartbeat_loop(), name="heartbeat")
                 tg.create_task(self._reap_loop(), name="reaper")
                 tg.create_task(self.reporter.run(reporter_stop), name="reporter")
@@ -142,6 +144,9 @@ class RunnerService:
 
     async def _shutdown(self, reporter_stop: asyncio.Event) -> None:
         await self.shutdown_requested.wait()
+        # A claim in flight may still commit: let the claim loops finish first, so every
+        # job this runner holds is either run to its end or handed back below.
+        await asyncio.wait(self.claimers)
         log.info("shutting down: no new claims; %d running", len(self.tasks))
         grace = 0.0 if self.immediate else self.config.grace_s
         if self.tasks and grace:
@@ -194,7 +199,7 @@ class RunnerService:
         wake = self.wakes[lane]
         claim_id = uuid.uuid4()
         failures = 0
-        while not self.done.is_set():
+        while not self.shutdown_requested.is_set():
             wake.clear()  # before claiming: a hint that arrives meanwhile is not lost
             free = self.config.lanes[lane] - self._running_in(lane)
             if self._claiming() and free > 0:
@@ -342,11 +347,11 @@ class RunnerService:
         """A dedicated LISTEN connection (never pooled: a pool runs UNLISTEN * on release),
         re-established after a drop; after each (re)connect every lane polls once, so a
         notification missed meanwhile costs nothing."""
-        failures = 0
+        failures = connects = 0
         while not self.done.is_set():
             lost = asyncio.Event()
             try:
-                conn = await asyncpg.connect(dsn, timeout=10, server_settings=SESSION_SETTINGS)
+                conn = await asyncpg.connect(dsn, timeout=10, server_settings=LISTEN_SETTINGS)
             except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
                 failures += 1
                 log.warning("LISTEN connection failed (%s); retrying", exc)
@@ -357,6 +362,9 @@ class RunnerService:
                 conn.add_termination_listener(functools.partial(_set_event, lost))
                 await conn.add_listener("fleetq_work", self._on_work)
                 await conn.add_listener("fleetq_control", self._on_control)
+                if connects:
+                    log.info("LISTEN connection re-established; polling once")
+                connects += 1
                 self._wake_all()
                 await self._watch(conn, lost)
             except (OSError, asyncpg.PostgresError, TimeoutError) as exc:

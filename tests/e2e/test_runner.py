@@ -200,3 +200,27 @@ def _group_alive(pgid: int) -> bool:
         except (psutil.Error, OSError):
             continue
     return False
+
+
+def test_a_dropped_listen_connection_is_reestablished(fleet_dsn: str, repo: Repo,
+                                                      start_runner: StartRunner) -> None:
+    """With polling slowed to a minute, only a working LISTEN can start a job quickly: after
+    its connection is killed, the runner must listen again (and poll once on reconnect)."""
+    with connect(fleet_dsn, autocommit=True) as conn:
+        runner = start_runner(extra=("--poll", "60"))
+        first = _submit(conn, "ping", repo.head)
+        wait_until(lambda: job_state(conn, first) == "succeeded", what="a job via NOTIFY")
+        (old,) = _listeners(conn)
+        conn.execute("SELECT pg_terminate_backend($1)", [old[0]])
+        wait_until(lambda: "LISTEN connection re-established" in runner.output(),
+                   what="the runner to listen again")
+        assert _listeners(conn) != [old]
+        second = _submit(conn, "ping", repo.head)
+        wait_until(lambda: job_state(conn, second) == "succeeded", what="a job via the new LISTEN",
+                   deadline_s=20)
+
+
+def _listeners(conn: SyncConnection) -> list[tuple[object, ...]]:
+    return conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = 'fleetq-runner-listen'").fetchall()
