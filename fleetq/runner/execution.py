@@ -24,7 +24,7 @@ from fleetq.core import leasing
 from fleetq.core.driver import Driver
 from fleetq.core.errors import ConnectionFailed, StaleLease
 from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, StartReport
-from fleetq.runner import executor
+from fleetq.runner import executor, metrics
 from fleetq.runner.context import JobContext
 from fleetq.runner.reporter import Reporter
 from fleetq.runner.staging import Staging, StagingFailed
@@ -153,8 +153,10 @@ async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_
     )
     try:
         await leasing.report_start(kit.driver, runner=kit.runner, start=start)
+        metrics.STARTS.inc()
         log.info("started job=%d token=%d pid=%d", ex.claim.job_id, ex.claim.lease_version, pid)
     except StaleLease:
+        metrics.STALE.labels("start").inc()
         ex.request_stop("stale")
     except ConnectionFailed as exc:
         # The lease is still ours until it expires; heartbeats will tell. The reconciler

@@ -12,6 +12,7 @@ from pathlib import Path
 from fleetq.core.db import resolve_dsn
 from fleetq.core.errors import FleetqError
 from fleetq.runner import config as runner_config
+from fleetq.runner import metrics
 from fleetq.runner.service import RunnerService, install_signals
 
 
@@ -78,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--exit-when-drained", action="store_true", help="exit once drained (after `fleetq drain`)"
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log every claim")
     return p
 
@@ -106,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         config = runner_config.load(overrides, args.config)
+        if args.metrics_port:
+            metrics.serve(args.metrics_port)
         service = RunnerService(config)
 
         async def serve() -> int:

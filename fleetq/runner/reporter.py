@@ -16,6 +16,7 @@ from fleetq.core import leasing
 from fleetq.core.driver import Driver
 from fleetq.core.errors import ConnectionFailed
 from fleetq.core.models import OutcomeReport, RunnerId, WriteStatus
+from fleetq.runner import metrics
 
 log = logging.getLogger(__name__)
 MAX_BATCH = 256
@@ -69,6 +70,7 @@ class Reporter:
         for (report, future), answer in zip(batch, answers, strict=True):
             if answer.status == WriteStatus.STALE:
                 self.stale += 1
+                metrics.STALE.labels("outcome").inc()
                 log.warning(
                     "outcome stale job=%d token=%d: the lease had moved on; not retried",
                     report.job_id,
@@ -76,6 +78,7 @@ class Reporter:
                 )
             else:
                 self.written += 1
+                metrics.OUTCOMES.labels(report.outcome.value).inc()
             if not future.done():
                 future.set_result(answer.status)
         return len(batch)

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,7 @@ from fleetq.core import fleet, leasing, migrate, queries
 from fleetq.core.driver import AsyncpgDriver, prepare_asyncpg
 from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import Claim, JobId, Registration, RunnerId, RunnerState
+from fleetq.runner import metrics
 from fleetq.runner.config import RunnerConfig
 from fleetq.runner.execution import Execution, Operation, Toolkit, carry_out
 from fleetq.runner.reporter import Reporter
@@ -103,8 +105,10 @@ class RunnerService:
             reporter_stop = asyncio.Event()
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._listen(dsn), name="listener")
-                self.claimers = [tg.create_task(self._claim_loop(lane), name=f"claim:{lane}")
-                                 for lane in self.config.lanes]
+                self.claimers = [
+                    tg.create_task(self._claim_loop(lane), name=f"claim:{lane}")
+                    for lane in self.config.lanes
+                ]
                 tg.create_task(self._heartbeat_loop(), name="heartbeat")
                 tg.create_task(self._reap_loop(), name="reaper")
                 tg.create_task(self.reporter.run(reporter_stop), name="reporter")
@@ -216,6 +220,7 @@ class RunnerService:
                     continue
                 failures = 0
                 claim_id = uuid.uuid4()
+                metrics.CLAIMS.labels(lane).inc(len(claims))
                 for c in claims:
                     self._launch(c, lane)
                 if len(claims) == limit:
@@ -226,6 +231,7 @@ class RunnerService:
     def _launch(self, claim: Claim, lane: str) -> None:
         ex = Execution(claim=claim, lane=lane)
         self.executions[claim.job_id] = ex
+        metrics.SLOTS_IN_USE.labels(lane).inc()
         log.debug("claimed job=%d token=%d lane=%s", claim.job_id, claim.lease_version, lane)
         task = asyncio.create_task(self._execute(ex), name=f"job:{claim.job_id}")
         self.tasks[claim.job_id] = task
@@ -234,6 +240,7 @@ class RunnerService:
     def _finished(self, job_id: JobId, lane: str, _task: asyncio.Task[None]) -> None:
         self.executions.pop(job_id, None)
         self.tasks.pop(job_id, None)
+        metrics.SLOTS_IN_USE.labels(lane).dec()
         self.wakes[lane].set()
         if self.state == RunnerState.DRAINING and not self.executions:
             self._spawn(self._heartbeat_once())  # say "drained" now, not at the next beat
@@ -291,8 +298,11 @@ class RunnerService:
 
     async def _heartbeat_once(self) -> None:
         leases = [(j, ex.claim.lease_version) for j, ex in self.executions.items()]
+        sent = time.monotonic()
         answers = await leasing.heartbeat(self.driver, runner=self.runner, leases=leases)
+        metrics.HEARTBEAT_LAG.set(time.monotonic() - sent)
         stale = [a.job_id for a in answers if a.status == "stale"]
+        metrics.STALE.labels("heartbeat").inc(len(stale))
         if stale:
             await self._stop_lost(stale)
         await self._follow_state()

@@ -202,8 +202,9 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def test_a_dropped_listen_connection_is_reestablished(fleet_dsn: str, repo: Repo,
-                                                      start_runner: StartRunner) -> None:
+def test_a_dropped_listen_connection_is_reestablished(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
     """With polling slowed to a minute, only a working LISTEN can start a job quickly: after
     its connection is killed, the runner must listen again (and poll once on reconnect)."""
     with connect(fleet_dsn, autocommit=True) as conn:
@@ -212,15 +213,48 @@ def test_a_dropped_listen_connection_is_reestablished(fleet_dsn: str, repo: Repo
         wait_until(lambda: job_state(conn, first) == "succeeded", what="a job via NOTIFY")
         (old,) = _listeners(conn)
         conn.execute("SELECT pg_terminate_backend($1)", [old[0]])
-        wait_until(lambda: "LISTEN connection re-established" in runner.output(),
-                   what="the runner to listen again")
+        wait_until(
+            lambda: "LISTEN connection re-established" in runner.output(),
+            what="the runner to listen again",
+        )
         assert _listeners(conn) != [old]
         second = _submit(conn, "ping", repo.head)
-        wait_until(lambda: job_state(conn, second) == "succeeded", what="a job via the new LISTEN",
-                   deadline_s=20)
+        wait_until(
+            lambda: job_state(conn, second) == "succeeded",
+            what="a job via the new LISTEN",
+            deadline_s=20,
+        )
 
 
 def _listeners(conn: SyncConnection) -> list[tuple[object, ...]]:
     return conn.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-        "AND application_name = 'fleetq-runner-listen'").fetchall()
+        "AND application_name = 'fleetq-runner-listen'"
+    ).fetchall()
+
+
+def test_metrics_endpoint_counts_claims_and_outcomes(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    with connect(fleet_dsn, autocommit=True) as conn:
+        start_runner(extra=("--metrics-port", str(port)))
+        job = _submit(conn, "ping", repo.head)
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the job")
+        wait_until(
+            lambda: 'fleetq_outcomes_total{outcome="succeeded"} 1.0' in scrape(),
+            what="the outcome to be counted",
+        )
+        text = scrape()
+        assert 'fleetq_claims_total{lane="control"} 1.0' in text
+        assert 'fleetq_slots_in_use{lane="control"} 0.0' in text

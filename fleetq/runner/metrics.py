@@ -1,0 +1,22 @@
+"""Prometheus metrics of one runner (`--metrics-port`), in a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+REGISTRY = CollectorRegistry()
+CLAIMS = Counter("fleetq_claims", "Jobs claimed", ["lane"], registry=REGISTRY)
+STARTS = Counter("fleetq_starts", "Start reports sent", registry=REGISTRY)
+OUTCOMES = Counter("fleetq_outcomes", "Outcomes recorded", ["outcome"], registry=REGISTRY)
+STALE = Counter(
+    "fleetq_stale_lease_rejections", "Fenced writes refused as stale", ["write"], registry=REGISTRY
+)
+HEARTBEAT_LAG = Gauge(
+    "fleetq_heartbeat_lag_seconds", "Time the last heartbeat round trip took", registry=REGISTRY
+)
+SLOTS_IN_USE = Gauge("fleetq_slots_in_use", "Executions running", ["lane"], registry=REGISTRY)
+
+
+def serve(port: int, host: str = "127.0.0.1") -> None:
+    """Serve /metrics in a background thread."""
+    start_http_server(port, addr=host, registry=REGISTRY)
