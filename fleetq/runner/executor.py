@@ -26,6 +26,7 @@ import psutil
 
 from fleetq.core.errors import StaleLease
 from fleetq.core.models import Outcome
+from fleetq.runner import orphans
 
 TAIL_BYTES = 4096
 STOP_GRACE_S = 5.0
@@ -71,8 +72,10 @@ async def run_command(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:  # noqa: ASYNC230 - a local file, opened once
         try:
+            parent = os.getpid()
             proc = await asyncio.create_subprocess_exec(
                 *argv,
+                preexec_fn=lambda: orphans.die_with_parent(parent),
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -97,12 +100,15 @@ async def run_command(
     def elapsed() -> int:
         return int((time.monotonic() - started) * 1000)
 
+    run_id = env.get("FLEETQ_RUN_ID", "")
     if waiter in done:
         await terminate_group(proc.pid, grace_s=0)  # leftovers the command left behind
+        await asyncio.to_thread(orphans.kill_run, run_id)
         return _exited(proc.returncode, _tail(log_path), elapsed())
     timed_out = stopper not in done
     await terminate_group(proc.pid, grace_s=STOP_GRACE_S)
     await waiter
+    await asyncio.to_thread(orphans.kill_run, run_id)
     if timed_out:
         return Finished(
             Outcome.FAILED,

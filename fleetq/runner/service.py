@@ -27,7 +27,7 @@ from fleetq.core import fleet, leasing, migrate, queries
 from fleetq.core.driver import AsyncpgDriver, prepare_asyncpg
 from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import Claim, JobId, Registration, RunnerId, RunnerState
-from fleetq.runner import metrics
+from fleetq.runner import metrics, orphans
 from fleetq.runner.config import RunnerConfig
 from fleetq.runner.execution import Execution, Operation, Toolkit, carry_out
 from fleetq.runner.reporter import Reporter
@@ -78,6 +78,11 @@ class RunnerService:
 
     async def run(self, dsn: str) -> int:
         """Serve until shut down; returns the process exit status."""
+        if not orphans.become_subreaper():
+            log.warning(
+                "could not become a child subreaper: orphaned job processes would "
+                "be reparented to init"
+            )
         pool = await asyncpg.create_pool(
             dsn,
             min_size=1,

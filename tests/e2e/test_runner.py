@@ -258,3 +258,50 @@ def test_metrics_endpoint_counts_claims_and_outcomes(
         text = scrape()
         assert 'fleetq_claims_total{lane="control"} 1.0' in text
         assert 'fleetq_slots_in_use{lane="control"} 0.0' in text
+
+
+def test_a_setsid_grandchild_does_not_outlive_its_run(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    with connect(fleet_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE fleetq.operations SET command = $1 WHERE name = 'sleep'",
+            ["sh -c 'setsid sleep 300 > /dev/null 2>&1 & exit 0'"],
+        )
+        job = _submit(conn, "sleep", repo.head)
+        start_runner()
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the job")
+        (run_id,) = _row(conn, "SELECT run_id FROM fleetq.executions WHERE job_id = $1", job)
+        assert _carrying(str(run_id)) == []
+
+
+def test_kill_9_of_the_runner_takes_its_jobs_along(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    with connect(fleet_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE fleetq.operations SET command = 'sleep 300' WHERE name = 'sleep'")
+        job = _submit(conn, "sleep", repo.head)
+        runner = start_runner()
+        wait_until(lambda: job_state(conn, job) == "running", what="the job to start")
+        (pid,) = _row(conn, "SELECT pid FROM fleetq.executions WHERE job_id = $1", job)
+        runner.signal(signal.SIGKILL)
+        runner.wait()
+        wait_until(
+            lambda: (
+                not psutil.pid_exists(int(str(pid)))
+                or psutil.Process(int(str(pid))).status() == psutil.STATUS_ZOMBIE
+            ),
+            what="the job's process to die with its runner",
+        )
+
+
+def _carrying(run_id: str) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                if f"FLEETQ_RUN_ID={run_id}".encode() in f.read().split(b"\0"):
+                    found.append(proc.pid)
+        except OSError:
+            continue
+    return found

@@ -1,0 +1,67 @@
+"""No job outlives its run: not a `setsid` grandchild, not after a kill -9 of the runner.
+
+Three layers, because each alone has a gap:
+- the runner is a *child subreaper* (Linux prctl), so processes a job orphans are
+  reparented to the runner rather than to init, and the runner can reap them;
+- every job's main process gets a *parent-death signal* (SIGKILL), so a kill -9 of the
+  runner takes the job with it instead of leaving it running unowned;
+- when a run ends, every process still carrying its `FLEETQ_RUN_ID` in its environment
+  (a grandchild that escaped the process group with `setsid`) is killed and reaped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+
+import psutil
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux)."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(parent: int) -> None:
+    """In a freshly forked child: SIGKILL when the parent dies. If it already died
+    between fork and here, exit now."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def kill_run(run_id: str) -> list[int]:
+    """SIGKILL every process whose environment carries FLEETQ_RUN_ID=run_id, and reap
+    those that are (now) our children. Returns their pids."""
+    marker = f"FLEETQ_RUN_ID={run_id}".encode()
+    killed: list[int] = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid", "status"]):
+        if proc.pid == me or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                if marker not in f.read().split(b"\0"):
+                    continue
+            os.kill(proc.pid, signal.SIGKILL)
+            killed.append(proc.pid)
+    for pid in killed:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, 0)  # only our own (adopted) children can be waited for
+    return killed
