@@ -83,11 +83,14 @@ class RunnerService:
                 "could not become a child subreaper: orphaned job processes would "
                 "be reparented to init"
             )
+        # reset=_keep_session: the runner's pooled sessions never LISTEN, SET or hold
+        # session locks, so asyncpg's reset on release (a round trip per call) is waste.
         pool = await asyncpg.create_pool(
             dsn,
             min_size=1,
             max_size=4 + len(self.config.lanes),
             init=prepare_asyncpg,
+            reset=_keep_session,
             server_settings=SESSION_SETTINGS,
         )
         self.driver = AsyncpgDriver(pool)
@@ -426,6 +429,10 @@ class RunnerService:
         if not hasattr(self, "_bg"):
             self._bg: set[asyncio.Task[None]] = set()
         return self._bg
+
+
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """Nothing to reset (see RunnerService.run)."""
 
 
 def _set_event(event: asyncio.Event, _conn: object) -> None:
