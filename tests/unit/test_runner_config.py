@@ -1,0 +1,40 @@
+"""Runner configuration: file, then flags, then machine defaults; errors say where."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetq.core.errors import ConfigError
+from fleetq.runner.config import load
+from fleetq.runner.main import build_parser
+
+
+def test_flags_win_over_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "runner.toml"
+    path.write_text(
+        'node = "n1"\nname = "a"\ncapabilities = ["browser"]\n[lanes]\nchecks = 2\ncontrol = 1\n'
+    )
+    config = load({"name": "b", "cpus": 1.5}, path)
+    assert (config.runner_id, config.lanes, config.cpu_millis) == (
+        "n1/b",
+        {"checks": 2, "control": 1},
+        1500,
+    )
+    assert config.capabilities == ["browser"] and config.memory_mb > 0
+
+
+def test_errors_name_the_source_and_field(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"runner options: lanes: "):
+        load({"node": "n1"}, None)
+    path = tmp_path / "runner.toml"
+    path.write_text('node = "bad node"\n[lanes]\nchecks = 1\n')
+    with pytest.raises(ConfigError, match=rf"{path}: node: String should match pattern"):
+        load({}, path)
+
+
+def test_lane_flag_wants_lane_equals_slots(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--node", "n", "--lane", "checks"])
+    assert "--lane wants LANE=SLOTS" in capsys.readouterr().err
