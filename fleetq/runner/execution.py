@@ -53,11 +53,20 @@ class Execution:
     stop_reason: str | None = None
     pid: int | None = None
 
+    hooks: list[Callable[[], None]] = field(default_factory=list)
+
     def request_stop(self, reason: str) -> None:
         """Ask the execution to stop (it no longer holds its lease, or we shut down)."""
         if self.stop_reason is None:
             self.stop_reason = reason
         self.stop.set()
+        for hook in list(self.hooks):
+            hook()
+
+    def on_stop(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call `hook` on a stop request (handlers are cancelled this way)."""
+        self.hooks.append(hook)
+        return lambda: self.hooks.remove(hook)
 
 
 @dataclass
@@ -116,7 +125,7 @@ async def _run_handler(ex: Execution, kit: Toolkit, op: Operation) -> executor.F
     except (ImportError, AttributeError, TypeError) as exc:
         return executor.Finished(Outcome.REFUSED, reason=f"handler {op.handler}: {exc}")
     ctx = JobContext(claim=ex.claim, runner=kit.runner, pool=kit.pool)
-    return await executor.run_handler(fn, ctx, timeout_s=op.timeout_s, stop=ex.stop)
+    return await executor.run_handler(fn, ctx, timeout_s=op.timeout_s, stoppable=ex)
 
 
 def _load_handler(spec: str) -> Callable[..., Awaitable[Any]]:

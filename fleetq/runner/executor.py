@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
@@ -126,47 +127,68 @@ async def run_command(
     )
 
 
+class Stoppable(Protocol):
+    """Something that can be asked to stop, and says so to subscribers."""
+
+    stop: asyncio.Event
+
+    def on_stop(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call `hook` when a stop is requested; returns an unsubscribe function."""
+        ...
+
+
 async def run_handler(
     handler: Callable[..., Awaitable[object]],
     ctx: object,
     *,
     timeout_s: float,
-    stop: asyncio.Event,
+    stoppable: Stoppable,
 ) -> Finished:
-    """Await an in-process handler to its end, its timeout, or a stop request."""
+    """Await an in-process handler to its end, its timeout, or a stop request.
+
+    The handler runs inline in the calling task (no extra task per job: handlers are the
+    high-throughput path); a stop request cancels this task and is then absorbed here.
+    """
     started = time.monotonic()
+    if stoppable.stop.is_set():
+        return Finished(None, reason="stopped")
+    me = asyncio.current_task()
+    assert me is not None
+    stopping = False
 
-    def elapsed() -> int:
-        return int((time.monotonic() - started) * 1000)
+    def cancel() -> None:
+        nonlocal stopping
+        stopping = True
+        me.cancel()
 
-    task = asyncio.ensure_future(handler(ctx))
-    stopper = asyncio.ensure_future(stop.wait())
+    unsubscribe = stoppable.on_stop(cancel)
     try:
-        done, _ = await asyncio.wait(
-            {task, stopper}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-    finally:
-        stopper.cancel()
-    if task not in done:
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
-        if stopper in done:
-            return Finished(None, reason="stopped", run_ms=elapsed())
-        return Finished(Outcome.FAILED, reason="timeout", run_ms=elapsed())
-    try:
-        result = task.result()
+        async with asyncio.timeout(timeout_s):
+            result = await handler(ctx)
+    except TimeoutError:
+        return Finished(Outcome.FAILED, reason="timeout", run_ms=_since(started))
+    except asyncio.CancelledError:
+        if not stopping:
+            raise
+        me.uncancel()
+        return Finished(None, reason="stopped", run_ms=_since(started))
     except StaleLease:
-        return Finished(None, reason="stale", run_ms=elapsed())
+        return Finished(None, reason="stale", run_ms=_since(started))
     except Exception:
         return Finished(
             Outcome.FAILED,
             reason="exception",
             log_tail=traceback.format_exc()[-TAIL_BYTES:],
-            run_ms=elapsed(),
+            run_ms=_since(started),
         )
+    finally:
+        unsubscribe()
     tail = "" if result is None else str(result)[-TAIL_BYTES:]
-    return Finished(Outcome.SUCCEEDED, exit_code=0, log_tail=tail, run_ms=elapsed())
+    return Finished(Outcome.SUCCEEDED, exit_code=0, log_tail=tail, run_ms=_since(started))
+
+
+def _since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
 
 
 async def terminate_group(pgid: int, *, grace_s: float, deadline_s: float = 30.0) -> bool:

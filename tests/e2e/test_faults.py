@@ -31,8 +31,9 @@ def own_server() -> Iterator[EmbeddedServer]:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def test_runner_survives_a_postgres_restart(own_server: EmbeddedServer, repo: Repo,
-                                            tmp_path: Path) -> None:
+def test_runner_survives_a_postgres_restart(
+    own_server: EmbeddedServer, repo: Repo, tmp_path: Path
+) -> None:
     from fleetq.core import config as fleet_config
 
     dsn = own_server.status().dsn
@@ -45,9 +46,26 @@ def test_runner_survives_a_postgres_restart(own_server: EmbeddedServer, repo: Re
     log = tmp_path / "runner.log"
     with open(log, "wb") as out:
         runner = subprocess.Popen(
-            [sys.executable, "-m", "fleetq.runner", "--dsn", dsn, "--node", "n", "--lane", "checks=2",
-             "--lane", "control=1", "--work-dir", str(tmp_path / "work"), "--poll", "0.2"],
-            stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "fleetq.runner",
+                "--dsn",
+                dsn,
+                "--node",
+                "n",
+                "--lane",
+                "checks=2",
+                "--lane",
+                "control=1",
+                "--work-dir",
+                str(tmp_path / "work"),
+                "--poll",
+                "0.2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         with connect(dsn, autocommit=True) as conn:
             first = _submit(conn, "ping", repo.head)
@@ -56,8 +74,9 @@ def test_runner_survives_a_postgres_restart(own_server: EmbeddedServer, repo: Re
         own_server.ensure_running()
         with connect(dsn, autocommit=True) as conn:
             second = _submit(conn, "ping", repo.head)
-            wait_until(lambda: job_state(conn, second) == "succeeded", what="a job after",
-                       deadline_s=60)
+            wait_until(
+                lambda: job_state(conn, second) == "succeeded", what="a job after", deadline_s=60
+            )
         assert runner.poll() is None, log.read_text()
     finally:
         runner.terminate()
