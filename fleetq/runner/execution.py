@@ -8,6 +8,7 @@ claimer can count free slots.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import logging
@@ -53,20 +54,23 @@ class Execution:
     stop_reason: str | None = None
     pid: int | None = None
 
-    hooks: list[Callable[[], None]] = field(default_factory=list)
+    hook: Callable[[], None] | None = None
 
     def request_stop(self, reason: str) -> None:
         """Ask the execution to stop (it no longer holds its lease, or we shut down)."""
         if self.stop_reason is None:
             self.stop_reason = reason
         self.stop.set()
-        for hook in list(self.hooks):
-            hook()
+        if self.hook is not None:
+            self.hook()
 
     def on_stop(self, hook: Callable[[], None]) -> Callable[[], None]:
-        """Call `hook` on a stop request (handlers are cancelled this way)."""
-        self.hooks.append(hook)
-        return lambda: self.hooks.remove(hook)
+        """Call `hook` on a stop request (a running handler is cancelled this way)."""
+        self.hook = hook
+        return self._forget_hook
+
+    def _forget_hook(self) -> None:
+        self.hook = None
 
 
 @dataclass
@@ -128,9 +132,10 @@ async def _run_handler(ex: Execution, kit: Toolkit, op: Operation) -> executor.F
     return await executor.run_handler(fn, ctx, timeout_s=op.timeout_s, stoppable=ex)
 
 
+@functools.cache
 def _load_handler(spec: str) -> Callable[..., Awaitable[Any]]:
     module, _, attr = spec.partition(":")
-    fn = getattr(importlib.import_module(module), attr)
+    fn = getattr(importlib.import_module(module), attr)  # once per spec (cached)
     if not inspect.iscoroutinefunction(fn):
         raise TypeError("a handler is an `async def` taking a JobContext")
     return fn  # type: ignore[no-any-return]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 REGISTRY = CollectorRegistry()
@@ -15,6 +17,12 @@ HEARTBEAT_LAG = Gauge(
     "fleetq_heartbeat_lag_seconds", "Time the last heartbeat round trip took", registry=REGISTRY
 )
 SLOTS_IN_USE = Gauge("fleetq_slots_in_use", "Executions running", ["lane"], registry=REGISTRY)
+
+
+@functools.cache
+def outcome(name: str) -> Counter:
+    """The outcome counter's child for `name` (looked up once: this is the hot path)."""
+    return OUTCOMES.labels(name)
 
 
 def serve(port: int, host: str = "127.0.0.1") -> None:

@@ -78,7 +78,7 @@ class Reporter:
                 )
             else:
                 self.written += 1
-                metrics.OUTCOMES.labels(report.outcome.value).inc()
+                metrics.outcome(report.outcome.value).inc()
             if not future.done():
                 future.set_result(answer.status)
         return len(batch)

@@ -65,6 +65,7 @@ class RunnerService:
         self.lease_seconds = 30
         self._operations: dict[tuple[str, str], Operation] = {}
         self.claimers: list[asyncio.Task[None]] = []
+        self._slot_gauges = {lane: metrics.SLOTS_IN_USE.labels(lane) for lane in config.lanes}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -239,7 +240,7 @@ class RunnerService:
     def _launch(self, claim: Claim, lane: str) -> None:
         ex = Execution(claim=claim, lane=lane)
         self.executions[claim.job_id] = ex
-        metrics.SLOTS_IN_USE.labels(lane).inc()
+        self._slot_gauges[lane].inc()
         log.debug("claimed job=%d token=%d lane=%s", claim.job_id, claim.lease_version, lane)
         task = asyncio.create_task(self._execute(ex), name=f"job:{claim.job_id}")
         self.tasks[claim.job_id] = task
@@ -248,7 +249,7 @@ class RunnerService:
     def _finished(self, job_id: JobId, lane: str, _task: asyncio.Task[None]) -> None:
         self.executions.pop(job_id, None)
         self.tasks.pop(job_id, None)
-        metrics.SLOTS_IN_USE.labels(lane).dec()
+        self._slot_gauges[lane].dec()
         self.wakes[lane].set()
         if self.state == RunnerState.DRAINING and not self.executions:
             self._spawn(self._heartbeat_once())  # say "drained" now, not at the next beat
