@@ -17,7 +17,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -118,8 +118,13 @@ class RunnerService:
                     tg.create_task(self._claim_loop(lane), name=f"claim:{lane}")
                     for lane in self.config.lanes
                 ]
-                tg.create_task(self._heartbeat_loop(), name="heartbeat")
-                tg.create_task(self._reap_loop(), name="reaper")
+                beat = max(0.2, self.lease_seconds / 3)
+                tg.create_task(
+                    self._every(beat, "heartbeat", self._heartbeat_once), name="heartbeat"
+                )
+                tg.create_task(
+                    self._every(self.config.reap_interval_s, "reap", self._reap_once), name="reaper"
+                )
                 tg.create_task(self.reporter.run(reporter_stop), name="reporter")
                 await self._shutdown(reporter_stop)
             return 0
@@ -293,17 +298,18 @@ class RunnerService:
 
     # -- leases, state, wake-ups -------------------------------------------------------
 
-    async def _heartbeat_loop(self) -> None:
-        interval = max(0.2, self.lease_seconds / 3)
+    async def _every(self, interval: float, what: str, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` every `interval` seconds until the runner is done; a failure is
+        logged and the next round tries again (the database may be back by then)."""
         while not self.done.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.done.wait(), interval)
             if self.done.is_set():
                 return
             try:
-                await self._heartbeat_once()
+                await work()
             except FleetqError as exc:
-                log.warning("heartbeat failed (%s)", exc)
+                log.warning("%s failed (%s)", what, exc)
 
     async def _heartbeat_once(self) -> None:
         leases = [(j, ex.claim.lease_version) for j, ex in self.executions.items()]
@@ -345,18 +351,12 @@ class RunnerService:
             log.info("drained; exiting as asked (--exit-when-drained)")
             self.request_shutdown()
 
-    async def _reap_loop(self) -> None:
-        while not self.done.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.done.wait(), self.config.reap_interval_s)
-            with contextlib.suppress(FleetqError):
-                result = await leasing.reap(self.driver)
-                if result.requeued or result.failed:
-                    log.info(
-                        "reaped expired leases: %d requeued, %d failed",
-                        result.requeued,
-                        result.failed,
-                    )
+    async def _reap_once(self) -> None:
+        result = await leasing.reap(self.driver)
+        if result.requeued or result.failed:
+            log.info(
+                "reaped expired leases: %d requeued, %d failed", result.requeued, result.failed
+            )
 
     def _wake_all(self) -> None:
         for wake in self.wakes.values():
