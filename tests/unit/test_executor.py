@@ -1,0 +1,147 @@
+"""The executor returns what happened as a value, and leaves no process behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from fleetq.core.errors import StaleLease
+from fleetq.core.models import Outcome
+from fleetq.runner import executor
+
+
+class Stop:
+    """A stand-in for an Execution's stop request."""
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.hook: object = None
+
+    def on_stop(self, hook: object) -> object:
+        self.hook = hook
+        return lambda: None
+
+    def request(self) -> None:
+        self.stop.set()
+        if callable(self.hook):
+            self.hook()
+
+
+async def _run(
+    command: str, tmp_path: Path, *, timeout_s: float = 30, stop: asyncio.Event | None = None
+) -> tuple[executor.Finished, list[int]]:
+    started: list[int] = []
+
+    async def on_start(pid: int, _at: datetime) -> None:
+        started.append(pid)
+
+    finished = await executor.run_command(
+        command,
+        cwd=tmp_path,
+        env=executor.job_environment({"FLEETQ_RUN_ID": "r-test"}),
+        timeout_s=timeout_s,
+        log_path=tmp_path / "logs" / "job.log",
+        on_start=on_start,
+        stop=stop or asyncio.Event(),
+    )
+    return finished, started
+
+
+async def test_exit_codes_become_outcomes(tmp_path: Path) -> None:
+    ok, _ = await _run("sh -c 'echo hello; exit 0'", tmp_path)
+    assert (ok.outcome, ok.exit_code, ok.log_tail) == (Outcome.SUCCEEDED, 0, "hello\n")
+    bad, _ = await _run("sh -c 'echo oops >&2; exit 3'", tmp_path)
+    assert (bad.outcome, bad.exit_code, bad.reason, bad.log_tail) == (
+        Outcome.FAILED,
+        3,
+        "exit",
+        "oops\n",
+    )
+
+
+async def test_a_missing_program_fails_without_raising(tmp_path: Path) -> None:
+    finished, started = await _run("no-such-program-anywhere", tmp_path)
+    assert (finished.outcome, finished.reason, started) == (Outcome.FAILED, "launch", [])
+
+
+async def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
+    finished, (pid,) = await _run("sh -c 'sleep 300 & sleep 300'", tmp_path, timeout_s=0.3)
+    assert (finished.outcome, finished.reason) == (Outcome.FAILED, "timeout")
+    assert executor.group_members(pid) == []
+
+
+async def test_stop_request_stops_without_an_outcome(tmp_path: Path) -> None:
+    stop, launched = asyncio.Event(), asyncio.Event()
+
+    async def on_start(_pid: int, _at: datetime) -> None:
+        launched.set()
+
+    task = asyncio.ensure_future(
+        executor.run_command(
+            "sleep 300",
+            cwd=tmp_path,
+            env=executor.job_environment({}),
+            timeout_s=300,
+            log_path=tmp_path / "job.log",
+            on_start=on_start,
+            stop=stop,
+        )
+    )
+    await launched.wait()
+    stop.set()
+    finished = await task
+    assert (finished.outcome, finished.reason, finished.signal) == (None, "stopped", 15)
+
+
+async def test_the_environment_is_allow_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEETQ_DSN", "postgresql://secret@db/fleetq")
+    monkeypatch.setenv("PGPASSWORD", "hunter2")
+    finished, _ = await _run("env", tmp_path)
+    assert "hunter2" not in finished.log_tail and "secret" not in finished.log_tail
+    assert "FLEETQ_RUN_ID=r-test" in finished.log_tail
+    assert f"PATH={os.environ['PATH']}" in finished.log_tail
+
+
+async def test_handler_outcomes(tmp_path: Path) -> None:
+    async def ok(_ctx: object) -> str:
+        return "fine"
+
+    async def boom(_ctx: object) -> None:
+        raise ValueError("bad input")
+
+    async def stale(_ctx: object) -> None:
+        raise StaleLease(1, 2)
+
+    async def slow(_ctx: object) -> None:
+        await asyncio.sleep(300)
+
+    async def outcome(fn: object, timeout_s: float = 5) -> executor.Finished:
+        return await executor.run_handler(fn, None, timeout_s=timeout_s, stoppable=Stop())  # type: ignore[arg-type]
+
+    assert (await outcome(ok)).log_tail == "fine"
+    failed = await outcome(boom)
+    assert (failed.outcome, failed.reason) == (Outcome.FAILED, "exception")
+    assert "ValueError: bad input" in failed.log_tail
+    assert (await outcome(stale)).outcome is None
+    timed = await outcome(slow, timeout_s=0.05)
+    assert (timed.outcome, timed.reason) == (Outcome.FAILED, "timeout")
+
+
+async def test_a_stop_cancels_a_running_handler(tmp_path: Path) -> None:
+    stop = Stop()
+
+    async def forever(_ctx: object) -> None:
+        await asyncio.Event().wait()
+
+    task = asyncio.ensure_future(executor.run_handler(forever, None, timeout_s=300, stoppable=stop))  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+    stop.request()
+    finished = await task
+    assert (finished.outcome, finished.reason) == (None, "stopped")
+    assert not task.cancelled()

@@ -1,0 +1,62 @@
+"""Staging: the exact commit, a populated index, a fetch only when the commit is missing."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleetq.runner.staging import Staging, StagingFailed
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Path:
+    repo = tmp_path / "origin"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    (repo / "a.txt").write_text("one\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "one")
+    return repo
+
+
+async def test_stages_an_older_commit_with_a_clean_index(origin: Path, tmp_path: Path) -> None:
+    old = _git(origin, "rev-parse", "HEAD")
+    (origin / "a.txt").write_text("two\n")
+    _git(origin, "commit", "-qam", "two")
+    tree = await Staging(tmp_path / "work").stage(repository=str(origin), commit=old, name="t1")
+    assert _git(tree, "rev-parse", "HEAD") == old
+    assert _git(tree, "status", "--porcelain") == ""
+    assert (tree / "a.txt").read_text() == "one\n"
+
+
+async def test_fetches_only_when_the_commit_is_missing(origin: Path, tmp_path: Path) -> None:
+    staging = Staging(tmp_path / "work")
+    first = _git(origin, "rev-parse", "HEAD")
+    await staging.stage(repository=str(origin), commit=first, name="t1")
+    (origin / "a.txt").write_text("new\n")
+    _git(origin, "commit", "-qam", "later")
+    later = _git(origin, "rev-parse", "HEAD")
+    (mirror,) = staging.mirrors.glob("*.git")
+    fetch_head = mirror / "FETCH_HEAD"
+    await staging.stage(repository=str(origin), commit=first, name="t2")
+    assert not fetch_head.exists()  # the commit was there: no fetch
+    tree = await staging.stage(repository=str(origin), commit=later, name="t3")
+    assert fetch_head.exists() and _git(tree, "rev-parse", "HEAD") == later
+
+
+async def test_unknown_commit_and_repository_are_refused(origin: Path, tmp_path: Path) -> None:
+    staging = Staging(tmp_path / "work")
+    with pytest.raises(StagingFailed, match="is not in"):
+        await staging.stage(repository=str(origin), commit="c" * 40, name="t1")
+    with pytest.raises(StagingFailed, match="cannot clone"):
+        await staging.stage(repository=str(tmp_path / "nowhere"), commit="c" * 40, name="t2")
