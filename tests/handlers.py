@@ -19,3 +19,13 @@ async def record_effect(ctx: JobContext) -> str:
 async def wait_forever(ctx: JobContext) -> None:
     """Runs until stopped (cancel, lease loss, shutdown)."""
     await asyncio.Event().wait()
+
+
+async def record_effect_exactly_once(ctx: JobContext) -> str:
+    """Write the effect and the outcome in one transaction, then fail: the failure must
+    not undo or overwrite what committed."""
+    async with ctx.transaction(finish=True) as conn:
+        await conn.execute(
+            "INSERT INTO effects (job_id, token) VALUES ($1, $2)", ctx.claim.job_id, ctx.token
+        )
+    raise RuntimeError("crash after the transaction committed")

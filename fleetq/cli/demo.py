@@ -56,7 +56,9 @@ def _demo(args: argparse.Namespace) -> int:
     ]
     print(table(["project", "operation", "lane", "runs", "needs", "memory MB", "cpus"], rows))
     print(
-        "\nThe fleet database is ready. Runners, the console and the live demo arrive with "
-        "their issues;\n`fleetq server status` shows the DSN to connect with psql."
+        "\nThe fleet database is ready. Start a runner on this machine with\n"
+        "  uv run fleetq-runner --node laptop --lane checks=2 --lane control=1\n"
+        "and submit work with `uv run fleetq submit`. The console and the live demo arrive "
+        "with their issues;\n`fleetq server status` shows the DSN to connect with psql."
     )
     return 0

@@ -30,15 +30,20 @@ class JobContext:
         return int(self.claim.lease_version)
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+    async def transaction(
+        self, *, finish: bool = False
+    ) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
         """A transaction that first locks this job's row under our (owner, token).
 
         While it is open nobody can take the lease (the reaper and claims wait on the row
         lock), so what it writes commits only if we still hold the lease; if we no longer
-        do, `StaleLease` is raised before anything is written. This makes the effect
-        happen at most once *per lease*; a later execution under a newer token may redo
-        it, so key effects by something the job decides (e.g. its id) to make them
-        idempotent.
+        do, `StaleLease` is raised before anything is written. That is at most once *per
+        lease*: a later execution under a newer token may do it again.
+
+        With `finish=True` the job's successful outcome is written in this same
+        transaction, which makes the effect exactly-once: either both commit or neither
+        does, and no later lease exists once the outcome has committed. The runner's own
+        outcome write afterwards is then answered `already`.
         """
         async with self.pool.acquire() as conn, conn.transaction():
             held = await conn.fetchval(
@@ -50,4 +55,17 @@ class JobContext:
             if held is None:
                 raise StaleLease(self.claim.job_id, self.claim.lease_version, "handler write")
             yield conn
+            if finish:
+                await conn.fetch(
+                    queries.sql("lease_complete"),
+                    self.runner,
+                    [self.claim.job_id],
+                    [self.claim.lease_version],
+                    ["succeeded"],
+                    [0],
+                    [None],
+                    ["finished in the handler's transaction"],
+                    [None],
+                    [None],
+                )
             self.fenced_writes += 1

@@ -86,6 +86,9 @@ handler = "fleetq.runner.handlers:echo"
 [projects.repo.operations.effect]
 lane = "control"
 handler = "tests.handlers:record_effect"
+[projects.repo.operations.exactly_once]
+lane = "control"
+handler = "tests.handlers:record_effect_exactly_once"
 [projects.repo.operations.forever]
 lane = "checks"
 handler = "tests.handlers:wait_forever"

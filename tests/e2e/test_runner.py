@@ -305,3 +305,20 @@ def _carrying(run_id: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_an_effect_written_with_the_outcome_is_exactly_once(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    with connect(fleet_dsn, autocommit=True) as conn:
+        job = _submit(conn, "exactly_once", repo.head)
+        start_runner()
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the handler's outcome")
+        assert conn.execute("SELECT job_id, token FROM effects").fetchall() == [(job, 1)]
+        kinds = [
+            k
+            for (k,) in conn.execute(
+                "SELECT kind FROM fleetq.events WHERE job_id = $1 ORDER BY id", [job]
+            )
+        ]
+        assert kinds == ["submitted", "claimed", "succeeded"]
