@@ -182,7 +182,8 @@ CREATE INDEX jobs_lease_owner ON fleetq.jobs (lease_owner)
 CREATE INDEX jobs_project_commit ON fleetq.jobs (project, commit_sha, operation);
 CREATE INDEX jobs_task ON fleetq.jobs (task_id) WHERE task_id IS NOT NULL;
 CREATE INDEX jobs_reserved_on ON fleetq.jobs (reserved_on) WHERE reserved_on IS NOT NULL;
-CREATE INDEX jobs_claim_id ON fleetq.jobs (claim_id) WHERE claim_id IS NOT NULL;
+-- A retried claim finds what its claim id took; only live leases can be retried.
+CREATE INDEX jobs_claim_id ON fleetq.jobs (claim_id) WHERE state IN ('claimed', 'running');
 
 -- One launch of a job by a runner under one lease version (DESIGN §2). Two executions
 -- of one job whose [launched_at, ended_at) intervals intersect form an overlap window.

@@ -269,7 +269,8 @@ DECLARE
 BEGIN
     -- A retried claim (its reply was lost after commit) gets back what it took, instead
     -- of leaving those jobs stranded until their lease expires.
-    IF EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.claim_id = p_claim_id) THEN
+    IF EXISTS (SELECT 1 FROM fleetq.jobs j
+               WHERE j.claim_id = p_claim_id AND j.state IN ('claimed', 'running')) THEN
         RETURN QUERY
         SELECT j.id, j.lease_version, j.lease_expires_at, j.project, j.operation, j.commit_sha,
                j.requested_node, j.payload, j.task_id, j.timeout_s, j.memory_mb, j.cpu_millis,

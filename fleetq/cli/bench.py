@@ -57,8 +57,8 @@ def register(commands: Commands) -> None:
     )
     p.add_argument("--jobs", type=int, default=5000, help="jobs in the throughput phase")
     p.add_argument("--runners", type=int, default=4, help="runner processes")
-    p.add_argument("--slots", type=int, default=256, help="bench-lane slots per runner")
-    p.add_argument("--batch", type=int, default=128, help="claim batch per runner")
+    p.add_argument("--slots", type=int, default=512, help="bench-lane slots per runner")
+    p.add_argument("--batch", type=int, default=256, help="claim batch per runner")
     p.add_argument("--rate", type=float, default=200.0, help="jobs/s in the latency phase")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="latency phase length")
     p.add_argument("--timeout", type=float, default=300.0, help="give up after this long")
@@ -200,5 +200,5 @@ async def _until(check: Any, timeout: float, what: str) -> None:
     while time.monotonic() < end:
         if await check():
             return
-        await asyncio.sleep(0.01)  # polling a database condition with a deadline
+        await asyncio.sleep(0.05)  # polling a database condition with a deadline
     raise FleetqError(f"bench: timed out waiting for {what}")
