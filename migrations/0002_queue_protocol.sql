@@ -807,7 +807,15 @@ CREATE FUNCTION fleetq.register_runner(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_id text := p_node || '/' || p_name;
+    v_unknown text;
 BEGIN
+    SELECT string_agg(l, ', ') INTO v_unknown
+    FROM unnest(p_lanes) l WHERE l NOT IN (SELECT name FROM fleetq.lanes);
+    IF v_unknown IS NOT NULL THEN
+        RAISE EXCEPTION 'unknown lane(s) %; registered: %', v_unknown,
+            (SELECT coalesce(string_agg(name, ', ' ORDER BY name), 'none') FROM fleetq.lanes)
+            USING ERRCODE = 'FQ002', HINT = 'declare lanes with `fleetq apply`';
+    END IF;
     INSERT INTO fleetq.runners AS r
         (id, node, name, capabilities, memory_mb, cpu_millis, version, pid)
     VALUES (v_id, p_node, p_name, coalesce(p_capabilities, '{}'), p_memory_mb, p_cpu_millis,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import psutil
 
@@ -322,3 +323,30 @@ def test_an_effect_written_with_the_outcome_is_exactly_once(
             )
         ]
         assert kinds == ["submitted", "claimed", "succeeded"]
+
+
+def test_the_runner_refuses_an_unmigrated_database(empty_dsn: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fleetq.runner",
+            "--dsn",
+            empty_dsn,
+            "--node",
+            "n",
+            "--lane",
+            "checks=1",
+            "--work-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert "run `fleetq migrate`" in run.stderr

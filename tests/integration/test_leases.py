@@ -534,3 +534,12 @@ async def test_release_requeues_without_counting(driver: Driver) -> None:
         await leasing.release(
             driver, runner=runner, job_id=job_id, token=claim.lease_version, reason="zombie"
         )
+
+
+async def test_a_runner_for_an_unknown_lane_is_refused_clearly(driver: Driver) -> None:
+    from fleetq.core.errors import NotAllowed
+
+    with pytest.raises(
+        NotAllowed, match=r"unknown lane\(s\) gpu-jobs; registered: checks, control"
+    ):
+        await fleet.runner(driver, lanes={"checks": 1, "gpu-jobs": 2})
