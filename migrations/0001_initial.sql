@@ -173,10 +173,10 @@ CREATE UNIQUE INDEX jobs_idempotency_key ON fleetq.jobs (project, idempotency_ke
 -- queued jobs only, so finished history never slows the hot path.
 CREATE INDEX jobs_queued ON fleetq.jobs (lane, priority_class, created_at, id)
     WHERE state = 'queued';
--- The reaper finds expired leases; runners find what they own.
+-- The reaper finds expired leases. What a runner holds is found through reserved_on
+-- (equal to lease_owner for every live lease, by CHECK), so no lease_owner index: each
+-- index on jobs costs every claim and every outcome an insert.
 CREATE INDEX jobs_lease_expiry ON fleetq.jobs (lease_expires_at)
-    WHERE state IN ('claimed', 'running');
-CREATE INDEX jobs_lease_owner ON fleetq.jobs (lease_owner)
     WHERE state IN ('claimed', 'running');
 -- The result reader and task threads.
 CREATE INDEX jobs_project_commit ON fleetq.jobs (project, commit_sha, operation);
@@ -226,8 +226,9 @@ CREATE TABLE fleetq.events (
     detail         jsonb NOT NULL DEFAULT '{}'
 );
 
+-- By job, for timelines. Not by runner: two event rows per job would each pay for that
+-- index, while reading one runner's history is rare and can walk the id order.
 CREATE INDEX events_job ON fleetq.events (job_id, id) WHERE job_id IS NOT NULL;
-CREATE INDEX events_runner ON fleetq.events (runner_id, id) WHERE runner_id IS NOT NULL;
 
 CREATE FUNCTION fleetq.refuse_event_rewrite() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

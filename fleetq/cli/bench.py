@@ -30,7 +30,7 @@ import psycopg
 
 from fleetq.cli.common import Commands
 from fleetq.core import config, migrate, queries
-from fleetq.core.db import connect, resolve_dsn, with_database
+from fleetq.core.db import connect, resolve_dsn, with_database, wrap_errors
 from fleetq.core.driver import AsyncpgDriver, Driver
 from fleetq.core.errors import FleetqError
 
@@ -68,7 +68,7 @@ def register(commands: Commands) -> None:
 def _bench(args: argparse.Namespace) -> int:
     server = resolve_dsn(args.dsn)
     name = f"fleetq_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(server, autocommit=True) as admin:
+    with wrap_errors(), psycopg.connect(server, autocommit=True, connect_timeout=10) as admin:
         admin.execute(f'CREATE DATABASE "{name}"'.encode())
     dsn = with_database(server, name)
     try:
@@ -80,7 +80,7 @@ def _bench(args: argparse.Namespace) -> int:
                 config.apply(conn, config.load(path), source=path)
             report = asyncio.run(_measure(args, dsn, Path(tmp)))
     finally:
-        with psycopg.connect(server, autocommit=True) as admin:
+        with wrap_errors(), psycopg.connect(server, autocommit=True, connect_timeout=10) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -129,6 +129,8 @@ class EmbeddedServer:
                         f"{current.listen or 'unix socket only'}); run `fleetq server stop` "
                         f"first to restart it with --listen {listen}"
                     )
+                assert current.dsn is not None
+                self._ensure_database(current.dsn)  # e.g. someone dropped it meanwhile
                 return current
             self._init_if_needed()
             self._start(listen)

@@ -16,13 +16,14 @@ SELECT * FROM fleetq.jobs WHERE id = $1::bigint;
 
 -- name: jobs_list
 -- Newest first, each filter optional (NULL: any).
--- $1 state, $2 lane, $3 project, $4 runner (owner or reservation), $5 limit
+-- $1 state, $2 lane, $3 project, $4 runner (what it holds: its live leases and the
+-- cancelled jobs it must still confirm stopped), $5 limit
 SELECT *
 FROM fleetq.jobs
 WHERE ($1::text IS NULL OR state = $1::text)
   AND ($2::text IS NULL OR lane = $2::text)
   AND ($3::text IS NULL OR project = $3::text)
-  AND ($4::text IS NULL OR lease_owner = $4::text OR reserved_on = $4::text)
+  AND ($4::text IS NULL OR reserved_on = $4::text)
 ORDER BY id DESC
 LIMIT $5::integer;
 
