@@ -28,6 +28,8 @@ def test_bench_prints_figures(server_dsn: str) -> None:
             "50",
             "--latency-seconds",
             "0.5",
+            "--warmup",
+            "20",
         ],
         capture_output=True,
         text=True,
@@ -38,6 +40,7 @@ def test_bench_prints_figures(server_dsn: str) -> None:
     report = json.loads(run.stdout)
     assert report["throughput"]["jobs"] == report["throughput"]["succeeded"] == 300
     assert report["throughput"]["jobs_per_s"] > 0
+    assert report["warmup_jobs"] == 20
     assert report["latency"]["jobs"] == 25
     assert set(report["latency"]["enqueue_to_start_ms"]) == {"p50", "p95", "p99"}
     print(json.dumps(report))  # the figures, in the test log
