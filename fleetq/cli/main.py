@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from fleetq import __version__
-from fleetq.cli import bench, demo, jobs, runners, schema, server
+from fleetq.cli import bench, demo, jobs, runners, schema, server, stats
 from fleetq.core.errors import FleetqError
 
 
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (demo, server, schema, jobs, runners, bench):
+    for module in (demo, server, schema, jobs, runners, stats, bench):
         module.register(commands)
     return parser
 

@@ -1,0 +1,65 @@
+-- Overlap windows and fleet statistics, read from executions and events.
+
+-- name: stats_overlaps
+-- Intervals where two executions of one job (different tokens) were alive at once.
+-- An execution lives from its launch (the runner's report of the process start) until
+-- its end was recorded; an open end means it may still run. The window's end is
+-- "confirmed" when the execution that ends it has a recorded end: an outcome, or a stop
+-- the runner confirmed (process group gone).
+-- $1 only windows still open
+SELECT a.job_id,
+       a.lease_version AS older_token, b.lease_version AS newer_token,
+       a.runner_id AS older_runner, b.runner_id AS newer_runner,
+       greatest(a.launched_at, b.launched_at) AS started_at,
+       CASE WHEN a.ended_at IS NULL OR b.ended_at IS NULL
+            THEN coalesce(a.ended_at, b.ended_at)
+            ELSE least(a.ended_at, b.ended_at) END AS ended_at,
+       (a.ended_at IS NULL AND b.ended_at IS NULL) AS open,
+       CASE WHEN a.ended_at IS NULL AND b.ended_at IS NULL THEN false
+            WHEN b.ended_at IS NULL OR a.ended_at <= b.ended_at
+                 THEN a.stop_confirmed OR a.exit_code IS NOT NULL
+            ELSE b.stop_confirmed OR b.exit_code IS NOT NULL END AS end_confirmed,
+       a.stop_reason AS older_stop_reason
+FROM fleetq.executions a
+JOIN fleetq.executions b
+  ON b.job_id = a.job_id AND b.lease_version > a.lease_version
+WHERE a.launched_at IS NOT NULL AND b.launched_at IS NOT NULL
+  AND b.launched_at < coalesce(a.ended_at, 'infinity')
+  AND a.launched_at < coalesce(b.ended_at, 'infinity')
+  AND (NOT $1::boolean OR (a.ended_at IS NULL AND b.ended_at IS NULL))
+ORDER BY started_at;
+
+-- name: stats_queue_wait
+-- Queue wait (created -> claimed) by project and priority class, in seconds.
+SELECT project, priority_class, count(*) AS jobs,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - created_at))
+           AS p50_s,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - created_at))
+           AS p95_s,
+       max(extract(epoch FROM claimed_at - created_at)) AS max_s
+FROM fleetq.jobs
+WHERE claimed_at IS NOT NULL
+GROUP BY project, priority_class
+ORDER BY priority_class, project;
+
+-- name: stats_recovery
+-- Recovery delay: from a lease expiry or an explicit loss to the job's next claim.
+SELECT count(*) AS incidents,
+       count(nxt.at) AS recovered,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM nxt.at - e.at)) AS p50_s,
+       max(extract(epoch FROM nxt.at - e.at)) AS max_s
+FROM fleetq.events e
+LEFT JOIN LATERAL (
+    SELECT c.at FROM fleetq.events c
+    WHERE c.job_id = e.job_id AND c.kind = 'claimed' AND c.id > e.id
+    ORDER BY c.id LIMIT 1
+) nxt ON true
+WHERE e.kind IN ('lease_expired', 'lost');
+
+-- name: stats_states
+-- Jobs by state.
+SELECT state, count(*) AS jobs FROM fleetq.jobs GROUP BY state ORDER BY state;
+
+-- name: stats_stale
+-- Fenced writes refused as stale, fleet-wide.
+SELECT coalesce(sum(stale_rejections), 0) AS stale_rejections FROM fleetq.runners;

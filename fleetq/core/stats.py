@@ -1,0 +1,89 @@
+"""What the fleet did: overlap windows (two executions of one job alive at once), queue
+wait by project and priority class, recovery delay after expiry or loss."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from fleetq.core import queries
+from fleetq.core.driver import Driver
+from fleetq.core.models import JobId
+
+
+class Overlap(BaseModel):
+    """A window in which two executions of one job were alive at once."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: JobId
+    older_token: int
+    newer_token: int
+    older_runner: str
+    newer_runner: str
+    started_at: datetime
+    ended_at: datetime | None  # None: both may still be running
+    open: bool
+    end_confirmed: bool
+    older_stop_reason: str | None
+
+    def seconds(self, now: datetime) -> float:
+        """The window's length (up to `now` while it is open)."""
+        return ((self.ended_at or now) - self.started_at).total_seconds()
+
+
+class QueueWait(BaseModel):
+    """Queue wait for one project and priority class."""
+
+    project: str
+    priority_class: int
+    jobs: int
+    p50_s: float
+    p95_s: float
+    max_s: float
+
+
+class Recovery(BaseModel):
+    """Expiries and losses, and how long until the job was claimed again."""
+
+    incidents: int
+    recovered: int
+    p50_s: float | None
+    max_s: float | None
+
+
+class Stats(BaseModel):
+    """`fleetq stats`."""
+
+    states: dict[str, int]
+    queue_wait: list[QueueWait]
+    duplicate_execution_incidents: int
+    open_overlaps: int
+    recovery: Recovery
+    stale_rejections: int
+
+
+async def overlaps(driver: Driver, *, open_only: bool = False) -> list[Overlap]:
+    """Overlap windows, oldest first."""
+    rows = await driver.fetch(queries.sql("stats_overlaps"), open_only)
+    return [Overlap.model_validate(row) for row in rows]
+
+
+async def stats(driver: Driver) -> Stats:
+    """The fleet's figures, in one read."""
+    found = await overlaps(driver)
+    states = {r["state"]: int(r["jobs"]) for r in await driver.fetch(queries.sql("stats_states"))}
+    waits = [
+        QueueWait.model_validate(r) for r in await driver.fetch(queries.sql("stats_queue_wait"))
+    ]
+    (recovery,) = await driver.fetch(queries.sql("stats_recovery"))
+    (stale,) = await driver.fetch(queries.sql("stats_stale"))
+    return Stats(
+        states=states,
+        queue_wait=waits,
+        duplicate_execution_incidents=len(found),
+        open_overlaps=sum(o.open for o in found),
+        recovery=Recovery.model_validate(recovery),
+        stale_rejections=int(stale["stale_rejections"]),
+    )

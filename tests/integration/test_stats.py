@@ -1,0 +1,60 @@
+"""Overlap windows and fleet figures, from rows put in place by hand."""
+
+from __future__ import annotations
+
+import uuid
+
+from fleetq.core import stats
+from fleetq.core.db import SyncConnection
+from fleetq.core.driver import Driver
+from tests import factories
+
+
+def _execution(
+    conn: SyncConnection,
+    job: int,
+    token: int,
+    runner: str,
+    start: str,
+    end: str | None,
+    *,
+    confirmed: bool = False,
+    exit_code: int | None = None,
+) -> None:
+    conn.execute(
+        "INSERT INTO fleetq.executions (job_id, lease_version, runner_id, node, run_id, "
+        "launched_at, ended_at, stop_confirmed, exit_code) VALUES ($1, $2, $3, 'n', $4, "
+        "timestamptz '2026-01-01 10:00:00+00' + $5::interval, "
+        "timestamptz '2026-01-01 10:00:00+00' + $6::interval, $7, $8)",
+        [job, token, runner, uuid.uuid4(), start, end, confirmed, exit_code],
+    )
+
+
+async def test_overlap_windows(driver: Driver, sync_conn: SyncConnection) -> None:
+    a = factories.runner(sync_conn, "n", "a")
+    b = factories.runner(sync_conn, "n", "b")
+    closed = factories.job(sync_conn, state="succeeded")
+    _execution(sync_conn, closed, 1, a, "0 s", "30 s", confirmed=True)  # stopped as superseded
+    _execution(sync_conn, closed, 2, b, "20 s", "60 s", exit_code=0)
+    still_open = factories.job(sync_conn, state="running", owner=b, lease_version=2)
+    _execution(sync_conn, still_open, 1, a, "0 s", None)  # a zombie nobody stopped
+    _execution(sync_conn, still_open, 2, b, "5 s", None)
+    apart = factories.job(sync_conn, state="succeeded")
+    _execution(sync_conn, apart, 1, a, "0 s", "10 s", confirmed=True)
+    _execution(sync_conn, apart, 2, b, "10 s", "20 s", exit_code=0)  # touching is not overlap
+
+    found: dict[int, stats.Overlap] = {o.job_id: o for o in await stats.overlaps(driver)}
+    assert set(found) == {closed, still_open}
+    window = found[closed]
+    assert (window.older_token, window.newer_token, window.open, window.end_confirmed) == (
+        1,
+        2,
+        False,
+        True,
+    )
+    assert window.ended_at is not None
+    assert window.seconds(window.ended_at) == 10.0
+    assert found[still_open].open and not found[still_open].end_confirmed
+    assert [o.job_id for o in await stats.overlaps(driver, open_only=True)] == [still_open]
+    figures = await stats.stats(driver)
+    assert (figures.duplicate_execution_incidents, figures.open_overlaps) == (2, 1)
