@@ -639,8 +639,8 @@ BEGIN
     WHERE id = p_job;
     PERFORM fleetq.give_back(ARRAY[p_runner], ARRAY[j.lane], ARRAY[j.memory_mb], ARRAY[j.cpu_millis]);
     UPDATE fleetq.executions
-    SET ended_at = coalesce(ended_at, clock_timestamp()), stop_reason = 'shutdown',
-        stop_confirmed = true
+    SET ended_at = coalesce(ended_at, clock_timestamp()),
+        stop_reason = coalesce(stop_reason, 'shutdown'), stop_confirmed = true
     WHERE job_id = p_job AND lease_version = p_version;
     PERFORM fleetq.log_events('released', ARRAY[p_job], p_runner, ARRAY[p_version], NULL,
                               jsonb_build_object('reason', p_reason));

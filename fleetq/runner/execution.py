@@ -53,6 +53,9 @@ class Execution:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     stop_reason: str | None = None
     pid: int | None = None
+    # monotonic time at which the lease was last known renewed (sent before the renewal,
+    # so it errs early): self-fencing counts from here, never from the runner's wall clock
+    renewed_at: float = field(default_factory=time.monotonic)
 
     hook: Callable[[], None] | None = None
 

@@ -125,6 +125,9 @@ class RunnerService:
                 tg.create_task(
                     self._every(self.config.reap_interval_s, "reap", self._reap_once), name="reaper"
                 )
+                tg.create_task(
+                    self._every(0.25, "self-fence", self._self_fence_once), name="self-fence"
+                )
                 tg.create_task(self.reporter.run(reporter_stop), name="reporter")
                 await self._shutdown(reporter_stop)
             return 0
@@ -264,23 +267,64 @@ class RunnerService:
             await carry_out(ex, self.kit)
         except Exception:
             log.exception("execution of job=%d failed inside the runner", ex.claim.job_id)
-        if ex.stop_reason in ("cancelled", "superseded", "stale"):
+        if ex.stop_reason in ("cancelled", "superseded", "stale", "self_fenced"):
             reason = "superseded" if ex.stop_reason == "stale" else ex.stop_reason
-            with contextlib.suppress(FleetqError):
-                await leasing.confirm_stop(
+            await self._persist(f"stop of job={ex.claim.job_id}", lambda: self._confirm(ex, reason))
+
+    async def _confirm(self, ex: Execution, reason: str) -> None:
+        c = ex.claim
+        await leasing.confirm_stop(
+            self.driver,
+            runner=self.runner,
+            job_id=c.job_id,
+            token=c.lease_version,
+            signal=None,
+            reason=reason,
+        )
+        log.info("stop confirmed job=%d token=%d reason=%s", c.job_id, c.lease_version, reason)
+        if reason == "self_fenced":
+            # If the lease is somehow still ours (only our connection was cut), hand it
+            # back so the job runs again now rather than at expiry.
+            with contextlib.suppress(StaleLease):
+                await leasing.release(
                     self.driver,
                     runner=self.runner,
-                    job_id=ex.claim.job_id,
-                    token=ex.claim.lease_version,
-                    signal=None,
-                    reason=reason,
+                    job_id=c.job_id,
+                    token=c.lease_version,
+                    reason="self-fenced",
                 )
-                log.info(
-                    "stop confirmed job=%d token=%d reason=%s",
+
+    async def _persist(self, what: str, write: Callable[[], Awaitable[None]]) -> None:
+        """Retry a write that must reach the database (it may be down right now) until it
+        does, or until the runner shuts down."""
+        delay = 0.1
+        while True:
+            try:
+                await write()
+                return
+            except FleetqError as exc:
+                if self.shutdown_requested.is_set():
+                    log.warning("could not record %s before shutting down: %s", what, exc)
+                    return
+                log.warning("recording %s failed (%s); retrying", what, exc)
+                await asyncio.sleep(delay)
+                delay = min(BACKOFF_MAX_S, delay * 2)
+
+    async def _self_fence_once(self) -> None:
+        """Stop executions whose lease may be about to expire unrenewed (the database is
+        unreachable): shortly before another runner could claim the job, by this
+        runner's monotonic clock from the last renewal it sent."""
+        deadline = self.lease_seconds - max(1.0, self.lease_seconds * 0.2)
+        now = time.monotonic()
+        for ex in list(self.executions.values()):
+            if ex.stop_reason is None and now - ex.renewed_at > deadline:
+                log.warning(
+                    "self-fencing job=%d token=%d: lease not renewed for %.1fs",
                     ex.claim.job_id,
                     ex.claim.lease_version,
-                    reason,
+                    now - ex.renewed_at,
                 )
+                ex.request_stop("self_fenced")
 
     async def _operation(self, project: str, name: str) -> Operation | None:
         if (project, name) not in self._operations:
@@ -316,6 +360,9 @@ class RunnerService:
         sent = time.monotonic()
         answers = await leasing.heartbeat(self.driver, runner=self.runner, leases=leases)
         metrics.HEARTBEAT_LAG.set(time.monotonic() - sent)
+        for answer in answers:
+            if answer.status == "ok" and (ex := self.executions.get(answer.job_id)):
+                ex.renewed_at = sent
         stale = [a.job_id for a in answers if a.status == "stale"]
         metrics.STALE.labels("heartbeat").inc(len(stale))
         if stale:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from fleetq.core import migrate
 from fleetq.core.db import connect
 from fleetq.core.embedded import EmbeddedServer
+from fleetq.runner import executor
 from tests.conftest import FAST, make_home
 from tests.e2e.conftest import FLEET, Repo, job_state, wait_until
 from tests.e2e.test_runner import _submit
@@ -78,6 +80,85 @@ def test_runner_survives_a_postgres_restart(
                 lambda: job_state(conn, second) == "succeeded", what="a job after", deadline_s=60
             )
         assert runner.poll() is None, log.read_text()
+    finally:
+        runner.terminate()
+        runner.wait(timeout=30)
+
+
+def test_a_runner_cut_from_the_database_fences_itself(
+    own_server: EmbeddedServer, repo: Repo, tmp_path: Path
+) -> None:
+    """The database goes away under a running job: the runner stops the job itself before
+    its lease could expire, records that once the database is back, and the job then
+    completes exactly once (its second run finds the marker the first one left)."""
+    from fleetq.core import config as fleet_config
+
+    dsn = own_server.status().dsn
+    assert dsn is not None
+    migrate.migrate(dsn)
+    path = tmp_path / "fleet.toml"
+    path.write_text(FLEET.format(repo=repo.path, lease=4, sleep=1))
+    marker = tmp_path / "first-run-was-here"
+    with connect(dsn, autocommit=True) as conn:
+        fleet_config.apply(conn, fleet_config.load(path), source=path)
+        conn.execute(
+            "UPDATE fleetq.operations SET command = $1 WHERE name = 'sleep'",
+            [f"sh -c 'test -e {marker} && exit 0; touch {marker}; sleep 60'"],
+        )
+        job = _submit(conn, "sleep", repo.head)
+    log = tmp_path / "runner.log"
+    with open(log, "wb") as out:
+        runner = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fleetq.runner",
+                "--dsn",
+                dsn,
+                "--node",
+                "n",
+                "--lane",
+                "checks=1",
+                "--work-dir",
+                str(tmp_path / "work"),
+                "--poll",
+                "0.2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(marker.exists, what="the first run to start")
+        with connect(dsn, autocommit=True) as conn:
+            (pid,) = conn.execute(
+                "SELECT pid FROM fleetq.executions WHERE job_id = $1", [job]
+            ).fetchone() or (None,)
+        assert pid
+        cut = time.monotonic()
+        own_server.stop()
+        wait_until(lambda: "self-fencing" in log.read_text(), what="the runner to fence itself")
+        fenced = time.monotonic() - cut
+        wait_until(lambda: not executor.group_members(int(pid)), what="the job's processes to go")
+        own_server.ensure_running()
+        with connect(dsn, autocommit=True) as conn:
+            wait_until(
+                lambda: job_state(conn, job) == "succeeded",
+                what="the job to complete",
+                deadline_s=60,
+            )
+            stops = conn.execute(
+                "SELECT lease_version, stop_reason FROM fleetq.executions "
+                "WHERE job_id = $1 ORDER BY lease_version",
+                [job],
+            ).fetchall()
+            outcomes = conn.execute(
+                "SELECT count(*) FROM fleetq.events WHERE job_id = $1 AND "
+                "kind IN ('succeeded', 'failed')",
+                [job],
+            ).fetchone()
+        assert stops[0] == (1, "self_fenced")
+        assert outcomes == (1,)
+        print(f"self-fenced {fenced:.2f}s after the database went away (lease 4s)")
     finally:
         runner.terminate()
         runner.wait(timeout=30)
