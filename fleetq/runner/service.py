@@ -273,6 +273,14 @@ class RunnerService:
 
     async def _confirm(self, ex: Execution, reason: str) -> None:
         c = ex.claim
+        if reason == "self_fenced":
+            # Fenced blind (the database was unreachable); now that it answers, say what
+            # really happened meanwhile: superseded or cancelled wins over self_fenced.
+            (row,) = await self.driver.fetch(queries.sql("lease_job_states"), [c.job_id])
+            if row["state"] == "cancelled":
+                reason = "cancelled"
+            elif row["lease_version"] != c.lease_version:
+                reason = "superseded"
         await leasing.confirm_stop(
             self.driver,
             runner=self.runner,

@@ -156,7 +156,9 @@ def test_a_runner_cut_from_the_database_fences_itself(
                 "kind IN ('succeeded', 'failed')",
                 [job],
             ).fetchone()
-        assert stops[0] == (1, "self_fenced")
+        # self_fenced, unless the lease expired and the job was claimed again before the
+        # runner could record it: then the record says what really happened, superseded
+        assert stops[0] in ((1, "self_fenced"), (1, "superseded"))
         assert outcomes == (1,)
         print(f"self-fenced {fenced:.2f}s after the database went away (lease 4s)")
     finally:
