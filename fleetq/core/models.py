@@ -257,11 +257,6 @@ class Registration(_Row):
     version: str = ""
     pid: int | None = None
 
-    @property
-    def runner_id(self) -> RunnerId:
-        """The stable id, node/name."""
-        return RunnerId(f"{self.node}/{self.name}")
-
 
 class StartReport(_Row):
     """What a runner reports once it launched a job's process."""

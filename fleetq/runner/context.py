@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -22,7 +22,6 @@ class JobContext:
     claim: Claim
     runner: RunnerId
     pool: asyncpg.Pool
-    fenced_writes: int = field(default=0)
 
     @property
     def token(self) -> int:
@@ -68,4 +67,3 @@ class JobContext:
                     [None],
                     [None],
                 )
-            self.fenced_writes += 1

@@ -31,8 +31,6 @@ class Reporter:
         self.runner = runner
         self.pending: list[tuple[OutcomeReport, asyncio.Future[WriteStatus]]] = []
         self.wake = asyncio.Event()
-        self.stale = 0
-        self.written = 0
 
     async def record(self, report: OutcomeReport) -> WriteStatus:
         """Queue one outcome and wait until it is written (or found stale)."""
@@ -69,7 +67,6 @@ class Reporter:
             return 0
         for (report, future), answer in zip(batch, answers, strict=True):
             if answer.status == WriteStatus.STALE:
-                self.stale += 1
                 metrics.STALE.labels("outcome").inc()
                 log.warning(
                     "outcome stale job=%d token=%d: the lease had moved on; not retried",
@@ -77,7 +74,6 @@ class Reporter:
                     report.lease_version,
                 )
             else:
-                self.written += 1
                 metrics.outcome(report.outcome.value).inc()
             if not future.done():
                 future.set_result(answer.status)
