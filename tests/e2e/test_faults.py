@@ -33,41 +33,46 @@ def own_server() -> Iterator[EmbeddedServer]:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def test_runner_survives_a_postgres_restart(
-    own_server: EmbeddedServer, repo: Repo, tmp_path: Path
-) -> None:
+def _fleet(server: EmbeddedServer, repo: Repo, tmp_path: Path, *, lease: int) -> str:
+    """Migrate the server's database and apply the test fleet; returns its DSN."""
     from fleetq.core import config as fleet_config
 
-    dsn = own_server.status().dsn
+    dsn = server.status().dsn
     assert dsn is not None
     migrate.migrate(dsn)
     path = tmp_path / "fleet.toml"
-    path.write_text(FLEET.format(repo=repo.path, lease=30, sleep=1))
+    path.write_text(FLEET.format(repo=repo.path, lease=lease, sleep=1))
     with connect(dsn) as conn:
         fleet_config.apply(conn, fleet_config.load(path), source=path)
+    return dsn
+
+
+def _runner(dsn: str, tmp_path: Path, *lanes: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """A runner process logging to a file (returned with it)."""
     log = tmp_path / "runner.log"
+    argv = [
+        sys.executable,
+        "-m",
+        "fleetq.runner",
+        "--dsn",
+        dsn,
+        "--node",
+        "n",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--poll",
+        "0.2",
+        *[a for lane in lanes for a in ("--lane", lane)],
+    ]
     with open(log, "wb") as out:
-        runner = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fleetq.runner",
-                "--dsn",
-                dsn,
-                "--node",
-                "n",
-                "--lane",
-                "checks=2",
-                "--lane",
-                "control=1",
-                "--work-dir",
-                str(tmp_path / "work"),
-                "--poll",
-                "0.2",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT), log
+
+
+def test_runner_survives_a_postgres_restart(
+    own_server: EmbeddedServer, repo: Repo, tmp_path: Path
+) -> None:
+    dsn = _fleet(own_server, repo, tmp_path, lease=30)
+    runner, log = _runner(dsn, tmp_path, "checks=2", "control=1")
     try:
         with connect(dsn, autocommit=True) as conn:
             first = _submit(conn, "ping", repo.head)
@@ -91,42 +96,15 @@ def test_a_runner_cut_from_the_database_fences_itself(
     """The database goes away under a running job: the runner stops the job itself before
     its lease could expire, records that once the database is back, and the job then
     completes exactly once (its second run finds the marker the first one left)."""
-    from fleetq.core import config as fleet_config
-
-    dsn = own_server.status().dsn
-    assert dsn is not None
-    migrate.migrate(dsn)
-    path = tmp_path / "fleet.toml"
-    path.write_text(FLEET.format(repo=repo.path, lease=4, sleep=1))
+    dsn = _fleet(own_server, repo, tmp_path, lease=4)
     marker = tmp_path / "first-run-was-here"
     with connect(dsn, autocommit=True) as conn:
-        fleet_config.apply(conn, fleet_config.load(path), source=path)
         conn.execute(
             "UPDATE fleetq.operations SET command = $1 WHERE name = 'sleep'",
             [f"sh -c 'test -e {marker} && exit 0; touch {marker}; sleep 60'"],
         )
         job = _submit(conn, "sleep", repo.head)
-    log = tmp_path / "runner.log"
-    with open(log, "wb") as out:
-        runner = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fleetq.runner",
-                "--dsn",
-                dsn,
-                "--node",
-                "n",
-                "--lane",
-                "checks=1",
-                "--work-dir",
-                str(tmp_path / "work"),
-                "--poll",
-                "0.2",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    runner, log = _runner(dsn, tmp_path, "checks=1")
     try:
         wait_until(marker.exists, what="the first run to start")
         with connect(dsn, autocommit=True) as conn:
