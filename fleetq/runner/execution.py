@@ -27,6 +27,7 @@ from fleetq.core.errors import ConnectionFailed, StaleLease
 from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, StartReport
 from fleetq.runner import executor, metrics
 from fleetq.runner.context import JobContext
+from fleetq.runner.journal import Journal
 from fleetq.runner.reporter import Reporter
 from fleetq.runner.staging import Staging, StagingFailed
 
@@ -89,6 +90,7 @@ class Toolkit:
     logs: Path
     keep_failed: bool
     operation: Callable[[str, str], Awaitable[Operation | None]]
+    journal: Journal
 
 
 async def carry_out(ex: Execution, kit: Toolkit) -> None:
@@ -112,6 +114,7 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
         await _record(ex, kit, executor.Finished(Outcome.REFUSED, reason=str(exc)))
         return
     prepare_ms = int((time.monotonic() - t0) * 1000)
+    kit.journal.launching(claim.job_id, claim.lease_version, str(ex.run_id))
     finished = await executor.run_command(
         op.command or "",
         cwd=tree,
@@ -122,6 +125,8 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
         stop=ex.stop,
     )
     await _record(ex, kit, finished, prepare_ms=prepare_ms)
+    if finished.outcome is not None:
+        kit.journal.ended(claim.job_id, claim.lease_version)
     if finished.outcome == Outcome.SUCCEEDED or not kit.keep_failed:
         kit.staging.discard(tree)
 
@@ -159,6 +164,7 @@ def _job_env(ex: Execution, kit: Toolkit) -> dict[str, str]:
 
 async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_ms: int) -> None:
     ex.pid = pid
+    kit.journal.launched(ex.claim.job_id, ex.claim.lease_version, pid, at.timestamp())
     start = StartReport(
         job_id=ex.claim.job_id,
         lease_version=ex.claim.lease_version,

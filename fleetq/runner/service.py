@@ -28,8 +28,10 @@ from fleetq.core.driver import AsyncpgDriver, prepare_asyncpg
 from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import Claim, JobId, Registration, RunnerId, RunnerState
 from fleetq.runner import metrics, orphans
+from fleetq.runner.collection import collect
 from fleetq.runner.config import RunnerConfig
 from fleetq.runner.execution import Execution, Operation, Toolkit, carry_out
+from fleetq.runner.journal import Journal
 from fleetq.runner.reporter import Reporter
 from fleetq.runner.staging import Staging
 
@@ -110,7 +112,17 @@ class RunnerService:
                 logs=directory / "logs",
                 keep_failed=self.config.keep_failed,
                 operation=self._operation,
+                journal=Journal(directory / "journal.jsonl"),
             )
+            collected = await collect(self.driver, self.runner, self.kit.journal)
+            if collected.lost or collected.stops_confirmed or collected.superseded_closed:
+                log.info(
+                    "collection pass: %d reported lost, %d stops confirmed, %d superseded "
+                    "executions closed",
+                    collected.lost,
+                    collected.stops_confirmed,
+                    collected.superseded_closed,
+                )
             reporter_stop = asyncio.Event()
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._listen(dsn), name="listener")
@@ -270,6 +282,8 @@ class RunnerService:
         if ex.stop_reason in ("cancelled", "superseded", "stale", "self_fenced"):
             reason = "superseded" if ex.stop_reason == "stale" else ex.stop_reason
             await self._persist(f"stop of job={ex.claim.job_id}", lambda: self._confirm(ex, reason))
+        if ex.stop_reason is not None:
+            self.kit.journal.ended(ex.claim.job_id, ex.claim.lease_version)
 
     async def _confirm(self, ex: Execution, reason: str) -> None:
         c = ex.claim

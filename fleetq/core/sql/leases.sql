@@ -83,3 +83,19 @@ SELECT 1 AS held FROM fleetq.jobs
 WHERE id = $1::bigint AND lease_owner = $2::text AND lease_version = $3::bigint
   AND state IN ('claimed', 'running')
 FOR UPDATE;
+
+-- name: lease_held_by
+-- What a runner holds in the database: its live leases and the cancelled jobs whose
+-- stop it has not confirmed. The collection pass on start-up walks these. $1 runner
+SELECT id AS job_id, lease_version, state
+FROM fleetq.jobs
+WHERE reserved_on = $1::text
+ORDER BY id;
+
+-- name: lease_open_executions
+-- A runner's executions with no recorded end (the collection pass closes those whose
+-- lease moved on while the runner was away). $1 runner
+SELECT e.job_id, e.lease_version, e.run_id
+FROM fleetq.executions e
+WHERE e.runner_id = $1::text AND e.ended_at IS NULL
+ORDER BY e.job_id, e.lease_version;

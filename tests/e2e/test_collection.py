@@ -1,0 +1,93 @@
+"""A restarted runner settles what the database says it holds (the collection pass)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from fleetq.core.db import SyncConnection, connect
+from tests.e2e.conftest import Repo, RunnerProcess, StartRunner, job_state, wait_until
+from tests.e2e.test_runner import _row, _submit
+
+pytestmark = pytest.mark.slow
+
+
+def _kill_9(runner: RunnerProcess) -> None:
+    runner.signal(signal.SIGKILL)
+    runner.wait()
+
+
+def _counters(conn: SyncConnection, job: int) -> tuple[object, ...]:
+    return _row(
+        conn,
+        "SELECT state, lost_count, reassign_count, lease_version, failure_reason "
+        "FROM fleetq.jobs WHERE id = $1",
+        job,
+    )
+
+
+def test_killed_twice_while_holding_a_job_fails_it_as_lost(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    with connect(fleet_dsn, autocommit=True) as conn:
+        job = _submit(conn, "forever", repo.head)
+        runner = start_runner()
+        wait_until(lambda: job_state(conn, job) == "claimed", what="the runner to hold it")
+        _kill_9(runner)
+        # restarted (same node/name, so the same runner): the claim is reported lost,
+        # requeued, and claimed again under the next token
+        runner = start_runner()
+        wait_until(lambda: _counters(conn, job)[:2] == ("claimed", 1), what="the first loss")
+        assert "collection pass: 1 reported lost" in runner.output()
+        _kill_9(runner)
+        start_runner()
+        wait_until(lambda: _counters(conn, job)[1] == 2, what="the second loss")
+        assert _counters(conn, job) == ("failed", 2, 0, 2, "lost")
+        (verdict, reason) = _row(
+            conn, "SELECT verdict, reason FROM fleetq.results WHERE job_id = $1", job
+        )
+        assert (verdict, reason) == ("failed", "lost")
+
+
+def test_a_launched_command_that_died_with_its_runner_runs_again(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: object
+) -> None:
+    with connect(fleet_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE fleetq.operations SET command = 'sleep 2' WHERE name = 'sleep'")
+        job = _submit(conn, "sleep", repo.head)
+        runner = start_runner()
+        wait_until(lambda: job_state(conn, job) == "running", what="the command to start")
+        _kill_9(runner)
+        start_runner()
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the second run")
+        assert _counters(conn, job) == ("succeeded", 1, 0, 2, None)
+        stops = conn.execute(
+            "SELECT lease_version, stop_reason, ended_at IS NOT NULL FROM "
+            "fleetq.executions WHERE job_id = $1 ORDER BY 1",
+            [job],
+        ).fetchall()
+        assert stops == [(1, "lost", True), (2, None, True)]
+
+
+def test_a_cancel_that_arrived_while_the_runner_was_down_is_confirmed(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    from fleetq.cli.main import main
+
+    with connect(fleet_dsn, autocommit=True) as conn:
+        job = _submit(conn, "forever", repo.head)
+        runner = start_runner()
+        wait_until(lambda: job_state(conn, job) == "claimed", what="the runner to hold it")
+        _kill_9(runner)
+        assert main(["--dsn", fleet_dsn, "cancel", str(job)]) == 0
+        assert _row(conn, "SELECT reserved_on FROM fleetq.jobs WHERE id = $1", job) != (None,)
+        start_runner()
+        wait_until(
+            lambda: _row(conn, "SELECT reserved_on FROM fleetq.jobs WHERE id = $1", job) == (None,),
+            what="the stop to be confirmed",
+        )
+        (reserved,) = _row(
+            conn, "SELECT reserved_memory_mb + reserved_cpu_millis FROM fleetq.runners"
+        )
+        assert reserved == 0

@@ -1,0 +1,38 @@
+"""The run journal: folded into open launches, robust to a torn last line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fleetq.runner.journal import Entry, Journal
+
+
+def test_launches_fold_into_open_entries(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.launching(1, 1, "run-a")
+    journal.launched(1, 1, 4242, 1700000000.5)
+    journal.launching(2, 3, "run-b")
+    journal.launching(3, 1, "run-c")
+    journal.ended(3, 1)
+    assert journal.open_entries() == {
+        (1, 1): Entry(1, 1, "run-a", 4242, 1700000000.5),
+        (2, 3): Entry(2, 3, "run-b"),
+    }
+
+
+def test_a_torn_last_line_is_ignored_and_compaction_keeps_what_is_open(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.launching(1, 1, "run-a")
+    journal.launching(2, 1, "run-b")
+    journal.ended(2, 1)
+    with open(path, "a") as f:
+        f.write('{"op": "launch", "job_id": 9, "tok')  # the runner died mid-write
+    assert set(journal.open_entries()) == {(1, 1)}
+    journal.compact()
+    assert len(path.read_text().splitlines()) == 1
+    assert set(Journal(path).open_entries()) == {(1, 1)}
+
+
+def test_a_missing_journal_is_empty(tmp_path: Path) -> None:
+    assert Journal(tmp_path / "none" / "journal.jsonl").open_entries() == {}
