@@ -38,6 +38,22 @@ def resolve_dsn(explicit: str | None = None) -> str:
     return dsn
 
 
+def as_uri(dsn: str) -> str:
+    """A `postgresql://` URI for any libpq DSN: asyncpg reads URIs only, while psycopg,
+    psql and operators also use `host=... dbname=...` strings."""
+    if "://" in dsn:
+        return dsn
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
+    user = quote(params.pop("user", ""), safe="")
+    password = params.pop("password", None)
+    auth = f"{user}:{quote(password, safe='')}@" if password else (f"{user}@" if user else "")
+    database = quote(params.pop("dbname", ""), safe="")
+    query = "&".join(f"{quote(k)}={quote(v, safe='/')}" for k, v in sorted(params.items()))
+    return f"postgresql://{auth}/{database}" + (f"?{query}" if query else "")
+
+
 def with_database(dsn: str, database: str) -> str:
     """The same server, another database (URI or key=value DSNs alike)."""
     if "://" in dsn:

@@ -20,6 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from fleetq.core import errors
+from fleetq.core.db import as_uri
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -97,7 +98,7 @@ class AsyncpgDriver:
     async def connect(cls, dsn: str, *, timeout: float = 10.0) -> AsyncpgDriver:
         """Open a connection with JSON codecs, so rows come back decoded."""
         with mapped_errors():
-            conn = await asyncpg.connect(dsn, timeout=timeout)
+            conn = await asyncpg.connect(as_uri(dsn), timeout=timeout)
             await prepare_asyncpg(conn)
         return cls(conn)
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleetq.core.db import resolve_dsn
+from fleetq.core.db import as_uri, resolve_dsn
 from fleetq.core.errors import FleetqError
 from fleetq.runner import config as runner_config
 from fleetq.runner import metrics
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         async def serve() -> int:
             install_signals(service, asyncio.get_running_loop().add_signal_handler)
-            return await service.run(resolve_dsn(config.dsn))
+            return await service.run(as_uri(resolve_dsn(config.dsn)))
 
         return asyncio.run(serve())
     except FleetqError as exc:
