@@ -99,6 +99,7 @@ async def _measure(args: argparse.Namespace, dsn: str, work: Path) -> dict[str, 
             lambda: _count(driver, "bench_registered", "n", args.runners),
             args.timeout,
             "runners to register",
+            procs,
         )
         # A warm-up round, not counted: every runner connection compiles the protocol's
         # functions and prepares its statements once, which a short run would measure.
@@ -107,6 +108,7 @@ async def _measure(args: argparse.Namespace, dsn: str, work: Path) -> dict[str, 
             lambda: _count(driver, "bench_progress", "open", 0),
             args.timeout,
             "the warm-up to finish",
+            procs,
         )
         first = await _last_id(driver) + 1
         t0 = time.monotonic()
@@ -116,6 +118,7 @@ async def _measure(args: argparse.Namespace, dsn: str, work: Path) -> dict[str, 
             lambda: _count(driver, "bench_progress", "open", 0),
             args.timeout,
             "the throughput phase to finish",
+            procs,
         )
         (row,) = await driver.fetch(queries.sql("bench_throughput"), first)
         seconds = float(row["seconds"] or 0)
@@ -207,10 +210,18 @@ async def _count(driver: Driver, query: str, column: str, target: int) -> bool:
     return int(row[column]) == target
 
 
-async def _until(check: Any, timeout: float, what: str) -> None:
+async def _until(
+    check: Any, timeout: float, what: str, procs: list[subprocess.Popen[bytes]] | None = None
+) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if await check():
             return
+        for proc in procs or []:
+            if proc.poll() is not None:
+                raise FleetqError(
+                    f"bench: a runner exited ({proc.returncode}) while waiting "
+                    f"for {what}; see its log in the bench work directory"
+                )
         await asyncio.sleep(0.05)  # polling a database condition with a deadline
     raise FleetqError(f"bench: timed out waiting for {what}")

@@ -9,42 +9,103 @@ A runner's job processes die with it (parent-death signal), so after a restart:
 - an execution of its own with no recorded end whose lease moved on meanwhile: swept by
   run id and confirmed stopped as superseded, which closes its overlap window.
 
-Adopting a still-running process (rather than reporting it lost) needs processes that
-outlive their runner, which the parent-death signal rules out; see docs/recovery.md.
+With `--orphans adopt`, job processes outlive their runner instead, and a live lease
+whose journal entry matches exactly one running process (pid, start time, run id) is
+adopted: its start report is sent if it was lost, and it is followed to its outcome.
+Anything ambiguous is refused with an `adoption_refused` event and left to lease
+expiry. See docs/recovery.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+
+import psutil
 
 from fleetq.core import leasing, queries
 from fleetq.core.driver import Driver
 from fleetq.core.errors import StaleLease
 from fleetq.core.models import FencingToken, JobId, RunnerId
 from fleetq.runner import orphans
-from fleetq.runner.journal import Journal
+from fleetq.runner.journal import Entry, Journal
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Collected:
-    """What one collection pass did."""
+    """What one collection pass did; `adopted` are runs to follow to their outcome."""
 
     lost: int = 0
     stops_confirmed: int = 0
     superseded_closed: int = 0
+    refused: int = 0
+    adopted: list[Entry] = field(default_factory=list)
 
 
-async def collect(driver: Driver, runner: RunnerId, journal: Journal) -> Collected:
-    """Settle what this runner holds after a restart; returns counts."""
+def identify(entry: Entry) -> tuple[str, dict[str, object]]:
+    """Is the journal's launch still running, unambiguously? ("adopt" | "gone" |
+    "refuse", evidence). Exactly one live process must match pid, start time and
+    FLEETQ_RUN_ID and lead its process group; anything else that carries the run id
+    makes the case ambiguous."""
+    carriers = orphans.carrying(entry.run_id)
+    evidence: dict[str, object] = {
+        "run_id": entry.run_id,
+        "journal_pid": entry.pid,
+        "carriers": carriers,
+    }
+    if entry.pid is None or not psutil.pid_exists(entry.pid):
+        return ("refuse" if carriers else "gone"), evidence
+    try:
+        started = psutil.Process(entry.pid).create_time()
+    except psutil.Error:
+        return ("refuse" if carriers else "gone"), evidence
+    evidence["process_started_at"] = started
+    if entry.started_at is None or abs(started - entry.started_at) > 0.05:
+        return "refuse", {**evidence, "why": "pid reused: another start time"}
+    leaders = [pid for pid in carriers if _leads_group(pid)]
+    if leaders != [entry.pid]:
+        return "refuse", {**evidence, "why": "journal and processes disagree", "leaders": leaders}
+    return "adopt", evidence
+
+
+def _leads_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except OSError:
+        return False
+
+
+async def collect(
+    driver: Driver, runner: RunnerId, journal: Journal, *, adopt: bool = False
+) -> Collected:
+    """Settle what this runner holds after a restart; returns what it did."""
     done = Collected()
     entries = journal.open_entries()
     for row in await driver.fetch(queries.sql("lease_held_by"), runner):
         job, token = JobId(row["job_id"]), FencingToken(row["lease_version"])
         entry = entries.get((job, token))
+        if adopt and entry is not None and row["state"] != "cancelled":
+            verdict, evidence = await asyncio.to_thread(identify, entry)
+            if verdict == "adopt":
+                done.adopted.append(entry)
+                continue
+            if verdict == "refuse":
+                log.warning("adoption refused job=%d token=%d: %s", job, token, evidence)
+                await driver.fetch(
+                    queries.sql("lease_note_event"),
+                    "adoption_refused",
+                    job,
+                    runner,
+                    token,
+                    json.dumps(evidence, default=str),
+                )
+                done.refused += 1
+                continue  # left to lease expiry: never guess which process is the job
         if entry is not None:
             await asyncio.to_thread(orphans.kill_run, entry.run_id)
         if row["state"] == "cancelled":
@@ -66,7 +127,10 @@ async def collect(driver: Driver, runner: RunnerId, journal: Journal) -> Collect
             continue  # moved on between the read and the report
         log.warning("collected job=%d token=%d: %s -> %s", job, token, reason, status)
         done.lost += 1
+    adopted = {(e.job_id, e.token) for e in done.adopted}
     for row in await driver.fetch(queries.sql("lease_open_executions"), runner):
+        if (row["job_id"], row["lease_version"]) in adopted:
+            continue
         await asyncio.to_thread(orphans.kill_run, str(row["run_id"]))
         await leasing.confirm_stop(
             driver,
@@ -77,7 +141,9 @@ async def collect(driver: Driver, runner: RunnerId, journal: Journal) -> Collect
             reason="superseded",
         )
         done.superseded_closed += 1
+    keep = {(e.job_id, e.token) for e in done.adopted}
     for job_id, version in entries:
-        journal.ended(job_id, version)
+        if (job_id, version) not in keep:
+            journal.ended(job_id, version)
     journal.compact()
     return done

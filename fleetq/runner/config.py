@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -47,6 +47,9 @@ class RunnerConfig(BaseModel):
     batch: int = Field(DEFAULT_BATCH, ge=1, le=1000)
     reap_interval_s: float = Field(DEFAULT_REAP_S, gt=0)
     exit_when_drained: bool = False
+    # kill: job processes die with the runner; adopt: they outlive it, and a restarted
+    # runner adopts them (see docs/recovery.md)
+    orphans: Literal["kill", "adopt"] = "kill"
 
     @property
     def runner_id(self) -> str:

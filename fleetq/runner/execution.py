@@ -12,6 +12,7 @@ import functools
 import importlib
 import inspect
 import logging
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -91,6 +92,7 @@ class Toolkit:
     keep_failed: bool
     operation: Callable[[str, str], Awaitable[Operation | None]]
     journal: Journal
+    adopt: bool = False  # --orphans adopt: commands run wrapped and outlive the runner
 
 
 async def carry_out(ex: Execution, kit: Toolkit) -> None:
@@ -107,7 +109,7 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
         await _record(ex, kit, finished)
         return
     t0 = time.monotonic()
-    name = f"{claim.job_id}-{claim.lease_version}-{ex.run_id.hex[:8]}"
+    name = run_name(claim.job_id, claim.lease_version, ex.run_id)
     try:
         tree = await kit.staging.stage(repository=op.repository, commit=claim.commit_sha, name=name)
     except StagingFailed as exc:
@@ -115,6 +117,7 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
         return
     prepare_ms = int((time.monotonic() - t0) * 1000)
     kit.journal.launching(claim.job_id, claim.lease_version, str(ex.run_id))
+    status_file = kit.logs / f"{name}.status" if kit.adopt else None
     finished = await executor.run_command(
         op.command or "",
         cwd=tree,
@@ -123,6 +126,7 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
         log_path=kit.logs / f"{name}.log",
         on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms),
         stop=ex.stop,
+        status_file=status_file,
     )
     await _record(ex, kit, finished, prepare_ms=prepare_ms)
     if finished.outcome is not None:
@@ -165,6 +169,8 @@ def _job_env(ex: Execution, kit: Toolkit) -> dict[str, str]:
 async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_ms: int) -> None:
     ex.pid = pid
     kit.journal.launched(ex.claim.job_id, ex.claim.lease_version, pid, at.timestamp())
+    if os.environ.get("FLEETQ_TEST_HOLD_START_REPORT"):
+        return  # test hook: the start report "never reaches" the database
     start = StartReport(
         job_id=ex.claim.job_id,
         lease_version=ex.claim.lease_version,
@@ -216,3 +222,26 @@ async def _record(
         finished.exit_code,
         status,
     )
+
+
+def run_name(job_id: int, token: int, run_id: uuid.UUID) -> str:
+    """The file name stem of an execution's tree, log and status file."""
+    return f"{job_id}-{token}-{run_id.hex[:8]}"
+
+
+async def carry_on(ex: Execution, kit: Toolkit, *, started_at: float) -> None:
+    """Follow an adopted run (launched by this runner before a restart) to its outcome."""
+    claim = ex.claim
+    assert ex.pid is not None
+    name = run_name(claim.job_id, claim.lease_version, ex.run_id)
+    remaining = claim.timeout_s - (time.time() - started_at)
+    finished = await executor.watch_adopted(
+        ex.pid,
+        status_file=kit.logs / f"{name}.status",
+        log_path=kit.logs / f"{name}.log",
+        timeout_s=remaining,
+        stop=ex.stop,
+    )
+    await _record(ex, kit, finished)
+    if finished.outcome is not None:
+        kit.journal.ended(claim.job_id, claim.lease_version)

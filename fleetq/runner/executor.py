@@ -15,6 +15,7 @@ import contextlib
 import os
 import shlex
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -66,9 +67,17 @@ async def run_command(
     log_path: Path,
     on_start: OnStart,
     stop: asyncio.Event,
+    status_file: Path | None = None,
 ) -> Finished:
-    """Run a command to its end, its timeout, or a stop request."""
+    """Run a command to its end, its timeout, or a stop request.
+
+    With `status_file` (adopt mode) the command runs under `fleetq.runner.wrap`, which
+    records its exit status there, and it is not tied to the runner's life: a restarted
+    runner can adopt it.
+    """
     argv = shlex.split(command)
+    if status_file is not None:
+        argv = [sys.executable, "-m", "fleetq.runner.wrap", str(status_file), "--", *argv]
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:  # noqa: ASYNC230 - a local file, opened once
@@ -76,7 +85,7 @@ async def run_command(
             parent = os.getpid()
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                preexec_fn=lambda: orphans.die_with_parent(parent),
+                preexec_fn=None if status_file else lambda: orphans.die_with_parent(parent),
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -254,3 +263,42 @@ def _tail(path: Path) -> str:
             return f.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+async def watch_adopted(
+    pid: int, *, status_file: Path, log_path: Path, timeout_s: float, stop: asyncio.Event
+) -> Finished:
+    """Follow a job process this runner did not start (adopted after a restart) to its
+    end, its timeout or a stop request; its exit status comes from the wrapper's file."""
+    started = time.monotonic()
+    gone = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return Finished(Outcome.FAILED, reason="adopted process vanished", log_tail=_tail(log_path))
+    loop.add_reader(fd, gone.set)  # a pidfd turns readable when the process exits
+    waiter, stopper = asyncio.ensure_future(gone.wait()), asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {waiter, stopper}, timeout=max(0.0, timeout_s), return_when=asyncio.FIRST_COMPLETED
+        )
+        if waiter not in done:
+            await terminate_group(pid, grace_s=STOP_GRACE_S)
+            await gone.wait()
+    finally:
+        stopper.cancel()
+        loop.remove_reader(fd)
+        os.close(fd)
+    run_ms = _since(started)
+    if waiter not in done:
+        reason = "stopped" if stopper in done else "timeout"
+        outcome = None if stopper in done else Outcome.FAILED
+        return Finished(outcome, reason=reason, log_tail=_tail(log_path), run_ms=run_ms)
+    try:
+        code = int(status_file.read_text().strip())  # noqa: ASYNC240 - a few bytes, local
+    except (OSError, ValueError):
+        return Finished(
+            Outcome.FAILED, reason="exit status lost", log_tail=_tail(log_path), run_ms=run_ms
+        )
+    return _exited(code, _tail(log_path), run_ms)

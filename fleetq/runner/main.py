@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--exit-when-drained", action="store_true", help="exit once drained (after `fleetq drain`)"
     )
     p.add_argument(
+        "--orphans",
+        choices=["kill", "adopt"],
+        help="kill (default): job processes die with the runner; adopt: they outlive it and "
+        "a restarted runner adopts them",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         metavar="PORT",
@@ -108,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "poll_interval_s": args.poll_interval_s,
         "keep_failed": args.keep_failed or None,
         "exit_when_drained": args.exit_when_drained or None,
+        "orphans": args.orphans,
         "lanes": dict(args.lane) or None,
         "capabilities": args.capability or None,
     }

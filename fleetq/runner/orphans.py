@@ -46,21 +46,27 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def carrying(run_id: str) -> list[int]:
+    """Live processes whose environment carries FLEETQ_RUN_ID=run_id."""
+    marker = f"FLEETQ_RUN_ID={run_id}".encode()
+    found: list[int] = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/environ", "rb") as f:
+            if marker in f.read().split(b"\0"):
+                found.append(proc.pid)
+    return found
+
+
 def kill_run(run_id: str) -> list[int]:
     """SIGKILL every process whose environment carries FLEETQ_RUN_ID=run_id, and reap
     those that are (now) our children. Returns their pids."""
-    marker = f"FLEETQ_RUN_ID={run_id}".encode()
     killed: list[int] = []
-    me = os.getpid()
-    for proc in psutil.process_iter(["pid", "status"]):
-        if proc.pid == me or proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        with contextlib.suppress(psutil.Error, OSError):
-            with open(f"/proc/{proc.pid}/environ", "rb") as f:
-                if marker not in f.read().split(b"\0"):
-                    continue
-            os.kill(proc.pid, signal.SIGKILL)
-            killed.append(proc.pid)
+    for pid in carrying(run_id):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
     for pid in killed:
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, 0)  # only our own (adopted) children can be waited for

@@ -18,6 +18,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -26,12 +27,12 @@ from fleetq import __version__
 from fleetq.core import fleet, leasing, migrate, queries
 from fleetq.core.driver import AsyncpgDriver, prepare_asyncpg
 from fleetq.core.errors import FleetqError, StaleLease
-from fleetq.core.models import Claim, JobId, Registration, RunnerId, RunnerState
+from fleetq.core.models import Claim, JobId, Registration, RunnerId, RunnerState, StartReport
 from fleetq.runner import metrics, orphans
 from fleetq.runner.collection import collect
 from fleetq.runner.config import RunnerConfig
-from fleetq.runner.execution import Execution, Operation, Toolkit, carry_out
-from fleetq.runner.journal import Journal
+from fleetq.runner.execution import Execution, Operation, Toolkit, carry_on, carry_out
+from fleetq.runner.journal import Entry, Journal
 from fleetq.runner.reporter import Reporter
 from fleetq.runner.staging import Staging
 
@@ -113,8 +114,13 @@ class RunnerService:
                 keep_failed=self.config.keep_failed,
                 operation=self._operation,
                 journal=Journal(directory / "journal.jsonl"),
+                adopt=self.config.orphans == "adopt",
             )
-            collected = await collect(self.driver, self.runner, self.kit.journal)
+            collected = await collect(
+                self.driver, self.runner, self.kit.journal, adopt=self.kit.adopt
+            )
+            for entry in collected.adopted:
+                await self._adopt(entry)
             if collected.lost or collected.stops_confirmed or collected.superseded_closed:
                 log.info(
                     "collection pass: %d reported lost, %d stops confirmed, %d superseded "
@@ -279,11 +285,55 @@ class RunnerService:
             await carry_out(ex, self.kit)
         except Exception:
             log.exception("execution of job=%d failed inside the runner", ex.claim.job_id)
+        await self._after_stop(ex)
+
+    async def _after_stop(self, ex: Execution) -> None:
+        """Record a stop this runner made (cancel, lease lost, self-fenced)."""
         if ex.stop_reason in ("cancelled", "superseded", "stale", "self_fenced"):
             reason = "superseded" if ex.stop_reason == "stale" else ex.stop_reason
             await self._persist(f"stop of job={ex.claim.job_id}", lambda: self._confirm(ex, reason))
         if ex.stop_reason is not None:
             self.kit.journal.ended(ex.claim.job_id, ex.claim.lease_version)
+
+    async def _adopt(self, entry: Entry) -> None:
+        """Take over a run launched before a restart: report its start if that was lost,
+        then follow it to its outcome like any other execution."""
+        (row,) = await self.driver.fetch(queries.sql("jobs_get"), entry.job_id)
+        claim = Claim.model_validate({**row, "job_id": row["id"]})
+        ex = Execution(claim=claim, lane=row["lane"], run_id=uuid.UUID(entry.run_id), pid=entry.pid)
+        assert entry.pid is not None and entry.started_at is not None
+        if row["state"] == "claimed":
+            await leasing.report_start(
+                self.driver,
+                runner=self.runner,
+                start=StartReport(
+                    job_id=claim.job_id,
+                    lease_version=claim.lease_version,
+                    node=self.config.node,
+                    run_id=ex.run_id,
+                    pid=entry.pid,
+                    process_started_at=datetime.fromtimestamp(entry.started_at, UTC),
+                ),
+            )
+        log.warning(
+            "adopted job=%d token=%d pid=%d run=%s",
+            claim.job_id,
+            claim.lease_version,
+            entry.pid,
+            entry.run_id,
+        )
+        self.executions[claim.job_id] = ex
+        self._slot_gauges[ex.lane].inc()
+        task = asyncio.create_task(self._follow(ex, entry.started_at), name=f"job:{claim.job_id}")
+        self.tasks[claim.job_id] = task
+        task.add_done_callback(functools.partial(self._finished, claim.job_id, ex.lane))
+
+    async def _follow(self, ex: Execution, started_at: float) -> None:
+        try:
+            await carry_on(ex, self.kit, started_at=started_at)
+        except Exception:
+            log.exception("following adopted job=%d failed", ex.claim.job_id)
+        await self._after_stop(ex)
 
     async def _confirm(self, ex: Execution, reason: str) -> None:
         c = ex.claim

@@ -138,6 +138,7 @@ def start_runner(fleet_dsn: str, tmp_path: Path) -> Iterator[StartRunner]:
         *,
         lanes: tuple[str, ...] = ("checks=2", "control=1"),
         extra: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> RunnerProcess:
         log = tmp_path / f"{node}-{name}.log"
         argv = [
@@ -157,7 +158,7 @@ def start_runner(fleet_dsn: str, tmp_path: Path) -> Iterator[StartRunner]:
             *[a for lane in lanes for a in ("--lane", lane)],
             *extra,
         ]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         with open(log, "wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         runner = RunnerProcess(proc=proc, log=log, runner_id=f"{node}/{name}")

@@ -99,3 +99,9 @@ SELECT e.job_id, e.lease_version, e.run_id
 FROM fleetq.executions e
 WHERE e.runner_id = $1::text AND e.ended_at IS NULL
 ORDER BY e.job_id, e.lease_version;
+
+-- name: lease_note_event
+-- A runner's own observation about a job it holds (e.g. adoption_refused), with evidence.
+-- $1 kind, $2 job, $3 runner, $4 version, $5 detail (JSON text)
+SELECT fleetq.log_events($1::text, ARRAY[$2::bigint], $3::text, ARRAY[$4::bigint], NULL,
+                         $5::text::jsonb);
