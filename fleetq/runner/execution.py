@@ -60,6 +60,7 @@ class Execution:
     renewed_at: float = field(default_factory=time.monotonic)
 
     hook: Callable[[], None] | None = None
+    stop_unconfirmed: bool = False  # a stop was asked, but the process group survived it
 
     def request_stop(self, reason: str) -> None:
         """Ask the execution to stop (it no longer holds its lease, or we shut down)."""
@@ -197,6 +198,8 @@ async def _record(
     ex: Execution, kit: Toolkit, finished: executor.Finished, prepare_ms: int | None = None
 ) -> None:
     c = ex.claim
+    if finished.reason == "stop-unconfirmed":
+        ex.stop_unconfirmed = True
     if finished.outcome is None:
         log.info("stopped job=%d token=%d reason=%s", c.job_id, c.lease_version, ex.stop_reason)
         return

@@ -32,6 +32,7 @@ from fleetq.runner import orphans
 
 TAIL_BYTES = 4096
 STOP_GRACE_S = 5.0
+STOP_DEADLINE_S = 30.0  # after SIGKILL: how long to wait for the group to be gone
 ENV_ALLOW = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME")
 
 
@@ -116,7 +117,11 @@ async def run_command(
         await asyncio.to_thread(orphans.kill_run, run_id)
         return _exited(proc.returncode, _tail(log_path), elapsed())
     timed_out = stopper not in done
-    await terminate_group(proc.pid, grace_s=STOP_GRACE_S)
+    if not await terminate_group(proc.pid, grace_s=STOP_GRACE_S, deadline_s=STOP_DEADLINE_S):
+        # Something of the group survived SIGKILL (e.g. stuck in uninterruptible I/O): do
+        # not claim it stopped. The runner drains itself so an operator looks.
+        waiter.cancel()
+        return Finished(None, reason="stop-unconfirmed", log_tail=_tail(log_path), run_ms=elapsed())
     await waiter
     await asyncio.to_thread(orphans.kill_run, run_id)
     if timed_out:

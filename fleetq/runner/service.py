@@ -289,6 +289,11 @@ class RunnerService:
 
     async def _after_stop(self, ex: Execution) -> None:
         """Record a stop this runner made (cancel, lease lost, self-fenced)."""
+        if ex.stop_unconfirmed:
+            reason = f"stop-unconfirmed: job {ex.claim.job_id}"
+            log.error("%s: its process group survived SIGKILL; draining this runner", reason)
+            await self._persist(reason, lambda: self._drain_self(reason))
+            return  # not confirmed, so the job keeps showing "stop pending"
         if ex.stop_reason in ("cancelled", "superseded", "stale", "self_fenced"):
             reason = "superseded" if ex.stop_reason == "stale" else ex.stop_reason
             await self._persist(f"stop of job={ex.claim.job_id}", lambda: self._confirm(ex, reason))
@@ -334,6 +339,15 @@ class RunnerService:
         except Exception:
             log.exception("following adopted job=%d failed", ex.claim.job_id)
         await self._after_stop(ex)
+
+    async def _drain_self(self, reason: str) -> None:
+        await fleet.set_state(
+            self.driver,
+            runner=self.runner,
+            state=RunnerState.DRAINING,
+            reason=reason,
+            actor=self.runner,
+        )
 
     async def _confirm(self, ex: Execution, reason: str) -> None:
         c = ex.claim

@@ -145,3 +145,34 @@ async def test_a_stop_cancels_a_running_handler(tmp_path: Path) -> None:
     finished = await task
     assert (finished.outcome, finished.reason) == (None, "stopped")
     assert not task.cancelled()
+
+
+async def test_a_stop_that_cannot_be_confirmed_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the process group never disappears (a process stuck where SIGKILL cannot reach
+    it), the executor must not report a stop it did not see."""
+    real = executor.group_members
+    monkeypatch.setattr(executor, "group_members", lambda pgid: real(pgid) or [pgid])
+    monkeypatch.setattr(executor, "STOP_GRACE_S", 0.05)
+    monkeypatch.setattr(executor, "STOP_DEADLINE_S", 0.2)
+    stop, launched = asyncio.Event(), asyncio.Event()
+
+    async def on_start(_pid: int, _at: datetime) -> None:
+        launched.set()
+
+    task = asyncio.ensure_future(
+        executor.run_command(
+            "sleep 300",
+            cwd=tmp_path,
+            env=executor.job_environment({}),
+            timeout_s=300,
+            log_path=tmp_path / "job.log",
+            on_start=on_start,
+            stop=stop,
+        )
+    )
+    await launched.wait()
+    stop.set()
+    finished = await task
+    assert (finished.outcome, finished.reason) == (None, "stop-unconfirmed")
