@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
 
 import psutil
@@ -108,6 +109,8 @@ async def collect(
                 continue  # left to lease expiry: never guess which process is the job
         if entry is not None:
             await asyncio.to_thread(orphans.kill_run, entry.run_id)
+            if entry.tree:
+                await asyncio.to_thread(shutil.rmtree, entry.tree, True)
         if row["state"] == "cancelled":
             await leasing.confirm_stop(
                 driver, runner=runner, job_id=job, token=token, signal=None, reason="cancelled"

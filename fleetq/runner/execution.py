@@ -61,6 +61,7 @@ class Execution:
 
     hook: Callable[[], None] | None = None
     stop_unconfirmed: bool = False  # a stop was asked, but the process group survived it
+    signal: int | None = None  # the signal that ended the process, recorded with a stop
 
     def request_stop(self, reason: str) -> None:
         """Ask the execution to stop (it no longer holds its lease, or we shut down)."""
@@ -117,7 +118,7 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
         await _record(ex, kit, executor.Finished(Outcome.REFUSED, reason=str(exc)))
         return
     prepare_ms = int((time.monotonic() - t0) * 1000)
-    kit.journal.launching(claim.job_id, claim.lease_version, str(ex.run_id))
+    kit.journal.launching(claim.job_id, claim.lease_version, str(ex.run_id), str(tree))
     status_file = kit.logs / f"{name}.status" if kit.adopt else None
     finished = await executor.run_command(
         op.command or "",
@@ -198,6 +199,7 @@ async def _record(
     ex: Execution, kit: Toolkit, finished: executor.Finished, prepare_ms: int | None = None
 ) -> None:
     c = ex.claim
+    ex.signal = finished.signal
     if finished.reason == "stop-unconfirmed":
         ex.stop_unconfirmed = True
     if finished.outcome is None:

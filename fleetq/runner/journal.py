@@ -28,6 +28,7 @@ class Entry:
     run_id: str
     pid: int | None = None
     started_at: float | None = None  # process start time (psutil create_time)
+    tree: str | None = None  # the staged source tree, for cleaning up after a crash
 
 
 class Journal:
@@ -37,9 +38,12 @@ class Journal:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
 
-    def launching(self, job_id: int, token: int, run_id: str) -> None:
-        """Before launching: the run id the process will carry in FLEETQ_RUN_ID."""
-        self._append({"op": "launch", "job_id": job_id, "token": token, "run_id": run_id})
+    def launching(self, job_id: int, token: int, run_id: str, tree: str | None = None) -> None:
+        """Before launching: the run id the process will carry in FLEETQ_RUN_ID, and
+        where its tree is staged."""
+        self._append(
+            {"op": "launch", "job_id": job_id, "token": token, "run_id": run_id, "tree": tree}
+        )
 
     def launched(self, job_id: int, token: int, pid: int, started_at: float) -> None:
         """Once the process runs: pid and start time identify it across pid reuse."""
@@ -66,7 +70,9 @@ class Journal:
                 continue
             key = (int(record["job_id"]), int(record["token"]))
             if record["op"] == "launch":
-                entries[key] = Entry(job_id=key[0], token=key[1], run_id=record["run_id"])
+                entries[key] = Entry(
+                    job_id=key[0], token=key[1], run_id=record["run_id"], tree=record.get("tree")
+                )
             elif record["op"] == "pid" and key in entries:
                 entries[key] = Entry(
                     **{
@@ -86,7 +92,13 @@ class Journal:
             for e in self.open_entries().values():
                 f.write(
                     json.dumps(
-                        {"op": "launch", "job_id": e.job_id, "token": e.token, "run_id": e.run_id}
+                        {
+                            "op": "launch",
+                            "job_id": e.job_id,
+                            "token": e.token,
+                            "run_id": e.run_id,
+                            "tree": e.tree,
+                        }
                     )
                     + "\n"
                 )

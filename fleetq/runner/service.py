@@ -27,7 +27,15 @@ from fleetq import __version__
 from fleetq.core import fleet, leasing, migrate, queries
 from fleetq.core.driver import AsyncpgDriver, prepare_asyncpg
 from fleetq.core.errors import FleetqError, StaleLease
-from fleetq.core.models import Claim, JobId, Registration, RunnerId, RunnerState, StartReport
+from fleetq.core.models import (
+    Claim,
+    FencingToken,
+    JobId,
+    Registration,
+    RunnerId,
+    RunnerState,
+    StartReport,
+)
 from fleetq.runner import metrics, orphans
 from fleetq.runner.collection import collect
 from fleetq.runner.config import RunnerConfig
@@ -145,6 +153,10 @@ class RunnerService:
                 )
                 tg.create_task(
                     self._every(0.25, "self-fence", self._self_fence_once), name="self-fence"
+                )
+                tg.create_task(
+                    self._every(self.lease_seconds, "collection", self._strays_once),
+                    name="collection",
                 )
                 tg.create_task(self.reporter.run(reporter_stop), name="reporter")
                 await self._shutdown(reporter_stop)
@@ -364,7 +376,7 @@ class RunnerService:
             runner=self.runner,
             job_id=c.job_id,
             token=c.lease_version,
-            signal=None,
+            signal=ex.signal,
             reason=reason,
         )
         log.info("stop confirmed job=%d token=%d reason=%s", c.job_id, c.lease_version, reason)
@@ -395,6 +407,38 @@ class RunnerService:
                 log.warning("recording %s failed (%s); retrying", what, exc)
                 await asyncio.sleep(delay)
                 delay = min(BACKOFF_MAX_S, delay * 2)
+
+    async def _strays_once(self) -> None:
+        """The periodic collection pass: what the database says this runner holds but
+        nothing here runs (say, a claim whose reply was lost for good) is settled now
+        rather than at lease expiry. Claims younger than a lease are left alone: their
+        answer may still be on its way to the claim loop."""
+        for row in await self.driver.fetch(queries.sql("lease_held_by"), self.runner):
+            job = JobId(row["job_id"])
+            if job in self.executions or (row["held_s"] or 0) < self.lease_seconds:
+                continue
+            token = FencingToken(row["lease_version"])
+            if row["state"] == "cancelled":
+                await leasing.confirm_stop(
+                    self.driver,
+                    runner=self.runner,
+                    job_id=job,
+                    token=token,
+                    signal=None,
+                    reason="cancelled",
+                )
+                continue
+            with contextlib.suppress(StaleLease):
+                status = await leasing.report_lost(
+                    self.driver,
+                    runner=self.runner,
+                    job_id=job,
+                    token=token,
+                    reason="held but not running",
+                )
+                log.warning(
+                    "stray job=%d token=%d held but not running here: %s", job, token, status
+                )
 
     async def _self_fence_once(self) -> None:
         """Stop executions whose lease may be about to expire unrenewed (the database is

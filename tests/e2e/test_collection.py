@@ -68,6 +68,17 @@ def test_a_launched_command_that_died_with_its_runner_runs_again(
             [job],
         ).fetchall()
         assert stops == [(1, "lost", True), (2, None, True)]
+        (delay,) = _row(
+            conn,
+            "SELECT extract(epoch FROM c.at - l.at) FROM fleetq.events l "
+            "JOIN fleetq.events c ON c.job_id = l.job_id AND c.kind = 'claimed' "
+            "AND c.lease_version = 2 WHERE l.job_id = $1 AND l.kind = 'lost'",
+            job,
+        )
+        print(
+            f"kill -9 of a running command: reported lost and claimed again {delay:.3f}s "
+            "after the restarted runner's report"
+        )
 
 
 def test_a_cancel_that_arrived_while_the_runner_was_down_is_confirmed(
@@ -91,3 +102,28 @@ def test_a_cancel_that_arrived_while_the_runner_was_down_is_confirmed(
             conn, "SELECT reserved_memory_mb + reserved_cpu_millis FROM fleetq.runners"
         )
         assert reserved == 0
+
+
+def test_a_claim_the_runner_never_heard_of_is_settled_before_expiry(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    """A claim whose reply was lost for good: the database says the runner holds the job,
+    the runner runs nothing. The periodic collection pass reports it lost (long before its
+    one-hour lease would expire) and the job runs."""
+    with connect(fleet_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE fleetq.settings SET value = '2' WHERE name = 'lease_seconds'")
+        runner = start_runner()
+        conn.execute("UPDATE fleetq.runners SET state = 'paused'")  # so it cannot claim it
+        job = _submit(conn, "ping", repo.head)
+        conn.execute(
+            "UPDATE fleetq.jobs SET state = 'claimed', lease_owner = $1, reserved_on = $1, "
+            "lease_version = 1, claim_id = gen_random_uuid(), "
+            "claimed_at = clock_timestamp() - interval '1 minute', "
+            "lease_expires_at = clock_timestamp() + interval '1 hour' WHERE id = $2",
+            [runner.runner_id, job],
+        )
+        conn.execute("UPDATE fleetq.runner_lanes SET slots_used = 1 WHERE lane = 'control'")
+        conn.execute("UPDATE fleetq.runners SET state = 'active'")
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the stray to be settled")
+        assert _counters(conn, job) == ("succeeded", 1, 0, 2, None)
+        assert f"stray job={job}" in runner.output()

@@ -132,10 +132,12 @@ def test_cancel_stops_the_process_and_confirms(
             conn, "SELECT reserved_on, state FROM fleetq.jobs WHERE id = $1", job
         )
         assert (reserved_on, state) == (None, "cancelled")
-        reason, ended = _row(
-            conn, "SELECT stop_reason, ended_at FROM fleetq.executions WHERE job_id = $1", job
+        reason, ended, sig = _row(
+            conn,
+            "SELECT stop_reason, ended_at, signal FROM fleetq.executions WHERE job_id = $1",
+            job,
         )
-        assert reason == "cancelled" and ended is not None
+        assert (reason, sig) == ("cancelled", 15) and ended is not None
 
 
 def test_drain_finishes_running_work_then_exits(

@@ -87,7 +87,9 @@ FOR UPDATE;
 -- name: lease_held_by
 -- What a runner holds in the database: its live leases and the cancelled jobs whose
 -- stop it has not confirmed. The collection pass on start-up walks these. $1 runner
-SELECT id AS job_id, lease_version, state
+-- held_s: seconds since the claim, in database time.
+SELECT id AS job_id, lease_version, state,
+       extract(epoch FROM clock_timestamp() - claimed_at)::float8 AS held_s
 FROM fleetq.jobs
 WHERE reserved_on = $1::text
 ORDER BY id;
