@@ -43,6 +43,10 @@ class JobContext:
         transaction, which makes the effect exactly-once: either both commit or neither
         does, and no later lease exists once the outcome has committed. The runner's own
         outcome write afterwards is then answered `already`.
+
+        The connection comes from the runner's pool, which does not reset sessions on
+        release (a round trip per call otherwise): use `SET LOCAL`, never a plain `SET`,
+        and leave no LISTEN or session advisory lock behind.
         """
         async with self.pool.acquire() as conn, conn.transaction():
             held = await conn.fetchval(
