@@ -74,7 +74,8 @@ async def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     assert executor.group_members(pid) == []
 
 
-async def test_stop_request_stops_without_an_outcome(tmp_path: Path) -> None:
+async def _stop_once_launched(tmp_path: Path) -> executor.Finished:
+    """Run `sleep 300`, ask it to stop as soon as it has started, return what happened."""
     stop, launched = asyncio.Event(), asyncio.Event()
 
     async def on_start(_pid: int, _at: datetime) -> None:
@@ -93,7 +94,11 @@ async def test_stop_request_stops_without_an_outcome(tmp_path: Path) -> None:
     )
     await launched.wait()
     stop.set()
-    finished = await task
+    return await task
+
+
+async def test_stop_request_stops_without_an_outcome(tmp_path: Path) -> None:
+    finished = await _stop_once_launched(tmp_path)
     assert (finished.outcome, finished.reason, finished.signal) == (None, "stopped", 15)
 
 
@@ -156,23 +161,5 @@ async def test_a_stop_that_cannot_be_confirmed_says_so(
     monkeypatch.setattr(executor, "group_members", lambda pgid: real(pgid) or [pgid])
     monkeypatch.setattr(executor, "STOP_GRACE_S", 0.05)
     monkeypatch.setattr(executor, "STOP_DEADLINE_S", 0.2)
-    stop, launched = asyncio.Event(), asyncio.Event()
-
-    async def on_start(_pid: int, _at: datetime) -> None:
-        launched.set()
-
-    task = asyncio.ensure_future(
-        executor.run_command(
-            "sleep 300",
-            cwd=tmp_path,
-            env=executor.job_environment({}),
-            timeout_s=300,
-            log_path=tmp_path / "job.log",
-            on_start=on_start,
-            stop=stop,
-        )
-    )
-    await launched.wait()
-    stop.set()
-    finished = await task
+    finished = await _stop_once_launched(tmp_path)
     assert (finished.outcome, finished.reason) == (None, "stop-unconfirmed")
