@@ -545,6 +545,12 @@ BEGIN
     END IF;
 
     -- Not done: either this same outcome committed earlier (reply lost), or stale.
+    -- The usual batch is all done: answer it without reading anything more.
+    IF coalesce(cardinality(v_done), 0) = cardinality(p_jobs) THEN
+        RETURN QUERY SELECT i.id, 'ok'::text FROM unnest(p_jobs) WITH ORDINALITY AS i(id, n)
+                     ORDER BY i.n;
+        RETURN;
+    END IF;
     SELECT array_agg(j.id) INTO v_already
     FROM fleetq.jobs j
     JOIN unnest(p_jobs, p_versions) AS i(id, version) ON i.id = j.id
@@ -566,6 +572,30 @@ BEGIN
 END;
 $$;
 
+-- The fence of a runner handing a lease back (a loss report, a release): NULL when the
+-- caller holds (job, version) live, with the row now locked in its transaction; else
+-- 'already' (this same hand-back committed before and no newer claim happened since)
+-- or 'stale' (counted against the runner).
+CREATE FUNCTION fleetq.hand_back_guard(p_runner text, p_job bigint, p_version bigint, p_kind text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    j fleetq.jobs%ROWTYPE;
+BEGIN
+    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
+    IF FOUND AND j.lease_owner = p_runner AND j.lease_version = p_version
+       AND j.state IN ('claimed', 'running') THEN
+        RETURN NULL;
+    END IF;
+    IF FOUND AND j.released_by = p_runner AND j.released_version = p_version
+       AND j.lease_version = p_version AND j.released_kind = p_kind THEN
+        RETURN 'already';
+    END IF;
+    PERFORM fleetq.note_stale(p_runner, p_kind, ARRAY[p_job], ARRAY[p_version]);
+    RETURN 'stale';
+END;
+$$;
+
 -- An explicit loss (DESIGN §1.5): the first requeues, the second fails with reason 'lost'.
 -- Lease expiry is a different path (reap) and never touches lost_count.
 CREATE FUNCTION fleetq.report_lost(p_runner text, p_job bigint, p_version bigint, p_reason text)
@@ -574,18 +604,13 @@ LANGUAGE plpgsql AS $$
 DECLARE
     j fleetq.jobs%ROWTYPE;
     v_requeue boolean;
+    v_answer text;
 BEGIN
-    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
-    IF NOT FOUND OR j.lease_owner IS DISTINCT FROM p_runner OR j.lease_version <> p_version
-       OR j.state NOT IN ('claimed', 'running') THEN
-        -- 'already' only while no newer claim has happened since that report
-        IF FOUND AND j.released_by = p_runner AND j.released_version = p_version
-           AND j.lease_version = p_version AND j.released_kind = 'lost' THEN
-            RETURN 'already';
-        END IF;
-        PERFORM fleetq.note_stale(p_runner, 'lost', ARRAY[p_job], ARRAY[p_version]);
-        RETURN 'stale';
+    v_answer := fleetq.hand_back_guard(p_runner, p_job, p_version, 'lost');
+    IF v_answer IS NOT NULL THEN
+        RETURN v_answer;
     END IF;
+    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job;
     v_requeue := j.lost_count = 0;
     UPDATE fleetq.jobs
     SET state = CASE WHEN v_requeue THEN 'queued' ELSE 'failed' END,
@@ -621,17 +646,13 @@ RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     j fleetq.jobs%ROWTYPE;
+    v_answer text;
 BEGIN
-    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
-    IF NOT FOUND OR j.lease_owner IS DISTINCT FROM p_runner OR j.lease_version <> p_version
-       OR j.state NOT IN ('claimed', 'running') THEN
-        IF FOUND AND j.released_by = p_runner AND j.released_version = p_version
-           AND j.lease_version = p_version AND j.released_kind = 'release' THEN
-            RETURN 'already';
-        END IF;
-        PERFORM fleetq.note_stale(p_runner, 'release', ARRAY[p_job], ARRAY[p_version]);
-        RETURN 'stale';
+    v_answer := fleetq.hand_back_guard(p_runner, p_job, p_version, 'release');
+    IF v_answer IS NOT NULL THEN
+        RETURN v_answer;
     END IF;
+    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job;
     UPDATE fleetq.jobs
     SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL, reserved_on = NULL,
         claim_id = NULL, released_by = p_runner, released_version = p_version,

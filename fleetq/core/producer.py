@@ -8,7 +8,7 @@ chooses one. An idempotency key makes a retried submit return the job it already
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 import psycopg
 from psycopg.rows import dict_row
@@ -18,84 +18,48 @@ from fleetq.core.driver import Driver, mapped_errors
 from fleetq.core.models import CancelResult, JobId, SubmitResult
 
 
-def _params(
-    *,
-    project: str,
-    operation: str,
-    commit: str,
-    requested_node: str | None,
-    idempotency_key: str | None,
-    task_id: str | None,
-    submitted_by: str,
-    payload: dict[str, Any] | None,
-) -> list[object]:
+class SubmitFields(TypedDict):
+    """What a submit names; the caller never picks a priority (it is derived)."""
+
+    project: str
+    operation: str
+    commit: str
+    submitted_by: str
+    requested_node: NotRequired[str | None]
+    idempotency_key: NotRequired[str | None]
+    task_id: NotRequired[str | None]
+    payload: NotRequired[dict[str, Any] | None]
+
+
+def _params(fields: SubmitFields) -> list[object]:
+    """Validated parameters of `jobs_submit`, in order; nothing unchecked reaches SQL."""
     return [
-        validation.text(project, "project"),
-        validation.text(operation, "operation"),
-        validation.commit_sha(commit),
-        validation.optional_text(requested_node, "node"),
-        validation.optional_text(idempotency_key, "idempotency key"),
-        validation.optional_text(task_id, "task id"),
-        validation.text(submitted_by, "submitted by"),
-        validation.payload(payload),
+        validation.text(fields["project"], "project"),
+        validation.text(fields["operation"], "operation"),
+        validation.commit_sha(fields["commit"]),
+        validation.optional_text(fields.get("requested_node"), "node"),
+        validation.optional_text(fields.get("idempotency_key"), "idempotency key"),
+        validation.optional_text(fields.get("task_id"), "task id"),
+        validation.text(fields["submitted_by"], "submitted by"),
+        validation.payload(fields.get("payload")),
     ]
 
 
-async def submit(
-    driver: Driver,
-    *,
-    project: str,
-    operation: str,
-    commit: str,
-    submitted_by: str,
-    requested_node: str | None = None,
-    idempotency_key: str | None = None,
-    task_id: str | None = None,
-    payload: dict[str, Any] | None = None,
-) -> SubmitResult:
+async def submit(driver: Driver, **fields: Unpack[SubmitFields]) -> SubmitResult:
     """Enqueue a job; with an idempotency key, a repeat returns the same job
     (`created=False`) and a different request under that key raises
     `IdempotencyConflict`."""
-    params = _params(
-        project=project,
-        operation=operation,
-        commit=commit,
-        requested_node=requested_node,
-        idempotency_key=idempotency_key,
-        task_id=task_id,
-        submitted_by=submitted_by,
-        payload=payload,
-    )
-    rows = await driver.fetch(queries.sql("jobs_submit"), *params)
+    rows = await driver.fetch(queries.sql("jobs_submit"), *_params(fields))
     return SubmitResult.model_validate(rows[0])
 
 
 def submit_in_transaction(
-    conn: psycopg.Connection[Any],
-    *,
-    project: str,
-    operation: str,
-    commit: str,
-    submitted_by: str,
-    requested_node: str | None = None,
-    idempotency_key: str | None = None,
-    task_id: str | None = None,
-    payload: dict[str, Any] | None = None,
+    conn: psycopg.Connection[Any], **fields: Unpack[SubmitFields]
 ) -> SubmitResult:
     """Enqueue on the caller's own psycopg connection, inside whatever transaction it has
     open: the job commits or rolls back with the application's writes."""
-    params = _params(
-        project=project,
-        operation=operation,
-        commit=commit,
-        requested_node=requested_node,
-        idempotency_key=idempotency_key,
-        task_id=task_id,
-        submitted_by=submitted_by,
-        payload=payload,
-    )
     with mapped_errors(), psycopg.RawCursor(conn, row_factory=dict_row) as cursor:
-        cursor.execute(queries.sql("jobs_submit"), params)
+        cursor.execute(queries.sql("jobs_submit"), _params(fields))
         row = cursor.fetchone()
     assert row is not None
     return SubmitResult.model_validate(row)
