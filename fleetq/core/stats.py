@@ -64,9 +64,11 @@ class Stats(BaseModel):
     stale_rejections: int
 
 
-async def overlaps(driver: Driver, *, open_only: bool = False) -> list[Overlap]:
-    """Overlap windows, oldest first."""
-    rows = await driver.fetch(queries.sql("stats_overlaps"), open_only)
+async def overlaps(
+    driver: Driver, *, open_only: bool = False, job_id: JobId | None = None
+) -> list[Overlap]:
+    """Overlap windows, oldest first (of one job when `job_id` is given)."""
+    rows = await driver.fetch(queries.sql("stats_overlaps"), open_only, job_id)
     return [Overlap.model_validate(row) for row in rows]
 
 

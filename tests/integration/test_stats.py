@@ -56,5 +56,6 @@ async def test_overlap_windows(driver: Driver, sync_conn: SyncConnection) -> Non
     assert window.seconds(window.ended_at) == 10.0
     assert found[still_open].open and not found[still_open].end_confirmed
     assert [o.job_id for o in await stats.overlaps(driver, open_only=True)] == [still_open]
+    assert [o.job_id for o in await stats.overlaps(driver, job_id=closed)] == [closed]
     figures = await stats.stats(driver)
     assert (figures.duplicate_execution_incidents, figures.open_overlaps) == (2, 1)

@@ -6,7 +6,7 @@
 -- its end was recorded; an open end means it may still run. The window's end is
 -- "confirmed" when the execution that ends it has a recorded end: an outcome, or a stop
 -- the runner confirmed (process group gone).
--- $1 only windows still open
+-- $1 only windows still open, $2 one job (NULL: every job)
 SELECT a.job_id,
        a.lease_version AS older_token, b.lease_version AS newer_token,
        a.runner_id AS older_runner, b.runner_id AS newer_runner,
@@ -27,6 +27,7 @@ WHERE a.launched_at IS NOT NULL AND b.launched_at IS NOT NULL
   AND b.launched_at < coalesce(a.ended_at, 'infinity')
   AND a.launched_at < coalesce(b.ended_at, 'infinity')
   AND (NOT $1::boolean OR (a.ended_at IS NULL AND b.ended_at IS NULL))
+  AND ($2::bigint IS NULL OR a.job_id = $2::bigint)
 ORDER BY started_at;
 
 -- name: stats_queue_wait
