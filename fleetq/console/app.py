@@ -1,8 +1,451 @@
-"""The console application (being built for issue #6)."""
+"""The console application: global keys, the six views, and the data flow between them.
+
+Data flow (STYLE example 10): the `Follower` worker turns NOTIFY into coalesced `Hint`
+messages; a hint starts one load worker, which reads the visible views through `Source`
+and posts `Loaded`; only `@on` handlers here put data into widgets. Loads never overlap:
+a hint that arrives mid-load schedules one more load after it, so a busy fleet costs at
+most one read in flight. Actions go through `fleetq.core`, then ask for a reload.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import getpass
+import time
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import ContentSwitcher, Footer, Header
+
+from fleetq.console.dialogs import CommandLine, Confirm, DrainForm, Help
+from fleetq.console.live import Follower
+from fleetq.console.messages import Acted, DrainPreview, Health, Hint, Loaded
+from fleetq.console.source import Source
+from fleetq.console.text import clean
+from fleetq.console.views.detail import DetailView
+from fleetq.console.views.events import EventsView
+from fleetq.console.views.jobs import JobsView
+from fleetq.console.views.lanes import LanesView
+from fleetq.console.views.overview import OverviewView
+from fleetq.console.views.runners import RunnersView
+from fleetq.core.errors import FleetqError
+from fleetq.core.models import JobId, RunnerState
+from fleetq.core.views import JobFilter
+
+VIEWS = ("overview", "lanes", "jobs", "detail", "runners", "events")
+ACTIONS = frozenset({"cancel_jobs", "runner_state"})
+EVENT_BATCH = 1000
+RUNNER_EFFECTS = {
+    RunnerState.PAUSED: "it claims nothing new until resumed; what it runs now continues",
+    RunnerState.ACTIVE: "it claims work again",
+}
+
+
+class ConsoleApp(App[None]):
+    """`fleetq-console`."""
+
+    TITLE = "fleetq"
+    CSS = """
+    Screen.stale Header { background: $error; }
+    ContentSwitcher { height: 1fr; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *(
+            Binding(str(n), f"view('{name}')", name.capitalize(), show=n in (1, 3, 5))
+            for n, name in enumerate(VIEWS, start=1)
+        ),
+        Binding("C", "cancel_jobs", "Cancel"),
+        Binding("d", "runner_state('draining')", "Drain"),
+        Binding("p", "runner_state('paused')", "Pause"),
+        Binding("u", "runner_state('active')", "Resume"),
+        Binding("question_mark,f1", "help", "Help"),
+        Binding("colon", "command_line", ":view", show=False),
+        Binding("r", "reload", "Reload", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        readonly: bool = False,
+        actor: str | None = None,
+        clock: datetime | None = None,
+        live: bool = True,
+        job: JobId | None = None,
+        view: str = "overview",
+        title: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.source = Source(dsn, clock=clock)
+        self.readonly = readonly
+        self.actor = actor or getpass.getuser()
+        self.live = live
+        self.current = view
+        self.detail_job = job
+        self.where = JobFilter()
+        self.stale_since: datetime | None = None
+        self.ready = False
+        self.last_event: int | None = None
+        self._loading = False
+        self._again: Hint | None = None
+        self.loads = 0  # reads put on screen (tests wait on it)
+        self._db_now: tuple[datetime, float] | None = None
+        self.follower = Follower(dsn, self.post_message)
+        if title:
+            self.title = title
+
+    # ---- layout ------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="◆")
+        with ContentSwitcher(initial=self.current):
+            yield OverviewView(id="overview")
+            yield LanesView(id="lanes")
+            yield JobsView(id="jobs")
+            yield DetailView(id="detail")
+            yield RunnersView(id="runners")
+            yield EventsView(id="events")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._status()
+        self._boot()
+        if self.source.clock is None:
+            self.set_interval(1.0, self._tick)
+
+    async def on_unmount(self) -> None:
+        await self.source.close()
+
+    @work(group="boot", exit_on_error=False)
+    async def _boot(self) -> None:
+        """Connect (retrying with backoff while the database is away), then follow."""
+        delay = 0.25
+        while True:
+            try:
+                await self.source.open()
+                break
+            except FleetqError as exc:
+                self.post_message(Health(datetime.now().astimezone(), why=str(exc)))
+                await self.source.close()
+                await _pause(delay)
+                delay = min(delay * 2, 5.0)
+        if self.live:
+            self.run_worker(self.follower.follow(), group="listen", exit_on_error=False)
+        else:
+            self.post_message(Hint(resync=True))
+
+    # ---- loading -----------------------------------------------------------------
+
+    @on(Hint)
+    def _hint(self, hint: Hint) -> None:
+        if self._loading:
+            resync = hint.resync or (self._again.resync if self._again else False)
+            self._again = Hint(resync=resync)
+            return
+        self._loading = True
+        self._load(hint.resync)
+
+    @work(group="load", exit_on_error=False)
+    async def _load(self, resync: bool) -> None:
+        """Read what the visible views show; post it (never touch widgets here)."""
+        try:
+            at = await self.source.now()
+            overview = await self.source.overview(at)
+            page = await self.source.page(self.where, at) if self.current == "jobs" else None
+            detail = None
+            if self.current == "detail" and self.detail_job is not None:
+                detail = await self.source.detail(self.detail_job, at)
+            after = None if resync or self.last_event is None else self.last_event
+            events = await self.source.events(after, EVENT_BATCH)
+            full = resync or after is None or len(events) >= EVENT_BATCH
+            if full and after is not None:
+                events = await self.source.events(None, EVENT_BATCH)
+            self.post_message(Loaded(overview, page, detail, events, resync=full))
+        except FleetqError as exc:
+            self.post_message(Health(datetime.now().astimezone(), why=str(exc)))
+            self.post_message(Loaded.failed())
+
+    @property
+    def busy(self) -> bool:
+        """A read is in flight or due."""
+        return self._loading or self._again is not None
+
+    @on(Loaded)
+    def _loaded(self, loaded: Loaded) -> None:
+        self._loading = False
+        self.loads += 1
+        if not loaded.ok:
+            self._retry()
+            return
+        overview = loaded.overview
+        assert overview is not None
+        self._db_now = (overview.now, time.monotonic())
+        now = overview.now
+        self.query_one(OverviewView).show(overview, now)
+        self.query_one(LanesView).show(overview, now)
+        self.query_one(RunnersView).show(overview.runners, now)
+        if loaded.page is not None:
+            self.query_one(JobsView).show(loaded.page, now)
+        if loaded.detail is not None:
+            self.query_one(DetailView).show(loaded.detail, now)
+        events = self.query_one(EventsView)
+        if loaded.resync:
+            events.reset(loaded.events)
+        else:
+            events.extend(loaded.events)
+        if loaded.events:
+            self.last_event = loaded.events[-1].id
+        if loaded.resync and (self.stale_since is not None or not self.ready):
+            self.stale_since = None
+            self.ready = True
+            self._status()
+        if self._again is not None:
+            again, self._again = self._again, None
+            self._hint(again)
+
+    def _retry(self) -> None:
+        """After a failed load: the follower's reconnect will resync; if not live, retry."""
+        if self._again is not None:
+            again, self._again = self._again, None
+            self._hint(again)
+        elif not self.live:
+            self.set_timer(1.0, lambda: self.post_message(Hint(resync=True)))
+
+    @on(Health)
+    def _health(self, health: Health) -> None:
+        if health.stale_since is not None and self.stale_since is None:
+            self.stale_since = health.stale_since
+            self.notify(clean(health.why) or "connection lost", title="stale", severity="warning")
+        elif health.stale_since is None:
+            self.stale_since = None
+        self._status()
+
+    def _status(self) -> None:
+        if self.stale_since is not None:
+            self.sub_title = f"STALE since {self.stale_since:%H:%M:%S}: reconnecting, actions off"
+            self.screen.add_class("stale")
+        else:
+            mode = "read-only" if self.readonly else f"acting as {self.actor}"
+            self.sub_title = (
+                f"{'live' if self.ready else 'connecting'} · {VIEWS_TITLE[self.current]} · {mode}"
+            )
+            self.screen.remove_class("stale")
+        self.refresh_bindings()
+
+    def _tick(self) -> None:
+        """Once a second: ages and lease countdowns from database time."""
+        if self._db_now is None:
+            return
+        then, mono = self._db_now
+        now = then + timedelta(seconds=time.monotonic() - mono)
+        if self.current == "jobs":
+            self.query_one(JobsView).tick(now)
+        elif self.current == "runners":
+            self.query_one(RunnersView).tick(now)
+
+    # ---- navigation --------------------------------------------------------------
+
+    def action_view(self, name: str) -> None:
+        """Switch to a view (and read it now)."""
+        if name not in VIEWS:
+            self.notify(f"no view named {clean(name)!r}: {', '.join(VIEWS)}", severity="error")
+            return
+        self.current = name
+        self.query_one(ContentSwitcher).current = name
+        self._focus_view(name)
+        self._status()
+        self.post_message(Hint())
+
+    def _focus_view(self, name: str) -> None:
+        view = self.query_one(f"#{name}")
+        tables = list(view.query("DataTable"))
+        if tables:
+            tables[-1 if name == "detail" else 0].focus()
+
+    @on(JobsView.Open)
+    def _open_job(self, message: JobsView.Open) -> None:
+        self.detail_job = message.job_id
+        self.action_view("detail")
+
+    @on(JobsView.Filtered)
+    def _filtered(self, message: JobsView.Filtered) -> None:
+        self.where = message.where
+        self.post_message(Hint())
+
+    def action_help(self) -> None:
+        self.push_screen(Help())
+
+    def action_command_line(self) -> None:
+        def chosen(name: str | None) -> None:
+            if name in ("q", "quit"):
+                self.exit()
+            elif name:
+                self.action_view(name)
+
+        self.push_screen(CommandLine(), chosen)
+
+    def action_reload(self) -> None:
+        self.post_message(Hint(resync=True))
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for name in VIEWS:
+            yield SystemCommand(
+                f"View: {name}",
+                f"Switch to the {VIEWS_TITLE[name]} view",
+                lambda n=name: self.action_view(n),
+            )
+        if not self.readonly:
+            yield SystemCommand(
+                "Cancel jobs", "Cancel the marked or selected jobs", self.action_cancel_jobs
+            )
+            for state, label in (
+                (RunnerState.DRAINING, "Drain"),
+                (RunnerState.PAUSED, "Pause"),
+                (RunnerState.ACTIVE, "Resume"),
+            ):
+                yield SystemCommand(
+                    f"{label} runner",
+                    f"{label} the runner under the cursor (view 5)",
+                    lambda s=state.value: self.action_runner_state(s),
+                )
+
+    # ---- actions -----------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Actions are hidden read-only and outside their view, and off while stale."""
+        if action not in ACTIONS:
+            return True
+        if self.readonly:
+            return False
+        if action == "cancel_jobs" and self.current not in ("jobs", "detail"):
+            return False
+        if action == "runner_state" and self.current != "runners":
+            return False
+        return None if self.stale_since is not None or not self.ready else True
+
+    def _acting_allowed(self, action: str) -> bool:
+        allowed = self.check_action(action, ())
+        if allowed is None:
+            self.notify(
+                "not connected: actions wait until the console has resynced", severity="warning"
+            )
+        return bool(allowed)
+
+    def action_cancel_jobs(self) -> None:
+        """Cancel the marked jobs (or the selected one), after a confirmation."""
+        if not self._acting_allowed("cancel_jobs"):
+            return
+        if self.current == "detail":
+            targets = [self.detail_job] if self.detail_job is not None else []
+        else:
+            targets = self.query_one(JobsView).targets()
+        if not targets:
+            self.notify("no job selected", severity="warning")
+            return
+        ids = ", ".join(str(j) for j in targets[:12]) + (" …" if len(targets) > 12 else "")
+        noun = "job" if len(targets) == 1 else "jobs"
+        body = Text(
+            f"Cancel {len(targets)} {noun}: {ids} — runners will be asked to stop them; "
+            "they show stop pending until the stop is confirmed. Queued jobs are cancelled "
+            "at once; finished jobs are left as they are."
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._cancel(targets)
+
+        self.push_screen(Confirm(f"Cancel {len(targets)} {noun}?", body), answered)
+
+    @work(group="act", exit_on_error=False)
+    async def _cancel(self, targets: list[JobId]) -> None:
+        try:
+            results = await self.source.cancel(targets, self.actor)
+        except FleetqError as exc:
+            self.post_message(Acted(f"cancel failed: {exc}", error=True))
+            return
+        pending = sum(r.stop_pending for r in results)
+        changed = sum(r.previous_state != r.state for r in results)
+        self.post_message(
+            Acted(f"cancelled {changed} of {len(targets)} job(s); {pending} stop(s) pending")
+        )
+
+    def action_runner_state(self, state: str) -> None:
+        """Drain (with a reason and a preview), pause or resume the selected runner."""
+        if not self._acting_allowed("runner_state"):
+            return
+        runner = self.query_one(RunnersView).selected()
+        if runner is None:
+            self.notify("no runner selected", severity="warning")
+            return
+        target = RunnerState(state)
+        if target == RunnerState.DRAINING:
+            self._preview_drain(runner)
+            return
+        verb = "Resume" if target == RunnerState.ACTIVE else "Pause"
+        body = Text(f"{verb} runner ")
+        body.append(clean(runner), style="bold")
+        body.append(f": {RUNNER_EFFECTS[target]}.")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._set_runner_state(runner, target, f"{verb.lower()}d in console")
+
+        self.push_screen(Confirm(f"{verb} {clean(runner)}?", body), answered)
+
+    @work(group="act", exit_on_error=False)
+    async def _preview_drain(self, runner: str) -> None:
+        try:
+            preview = await self.source.drain_preview(runner)
+        except FleetqError as exc:
+            self.post_message(Acted(f"drain preview failed: {exc}", error=True))
+            return
+        self.post_message(DrainPreview(runner, preview))
+
+    @on(DrainPreview)
+    def _drain_form(self, message: DrainPreview) -> None:
+        def answered(reason: str | None) -> None:
+            if reason is not None:
+                self._set_runner_state(message.runner, RunnerState.DRAINING, reason)
+
+        self.push_screen(DrainForm(message.runner, message.preview), answered)
+
+    @work(group="act", exit_on_error=False)
+    async def _set_runner_state(self, runner: str, state: RunnerState, reason: str) -> None:
+        try:
+            written = await self.source.set_runner_state(runner, state, reason, self.actor)
+        except FleetqError as exc:
+            self.post_message(Acted(f"{runner}: {exc}", error=True))
+            return
+        self.post_message(Acted(f"{runner} is now {written.value} ({reason})"))
+
+    @on(Acted)
+    def _acted(self, acted: Acted) -> None:
+        self.notify(clean(acted.summary), severity="error" if acted.error else "information")
+        self.post_message(Hint())
+
+
+VIEWS_TITLE = {
+    "overview": "overview",
+    "lanes": "lanes",
+    "jobs": "jobs",
+    "detail": "job detail",
+    "runners": "runners",
+    "events": "events",
+}
+
+
+async def _pause(seconds: float) -> None:
+    await asyncio.sleep(seconds)  # backoff between reconnects, not synchronisation
 
 
 def run_console(dsn: str, *, readonly: bool = False, title: str | None = None) -> None:
     """Run the console on `dsn` until the operator quits (blocks)."""
-    raise NotImplementedError("the console arrives with issue #6")
+    ConsoleApp(dsn, readonly=readonly, title=title).run()

@@ -173,6 +173,7 @@ class Job(_Row):
     reassign_count: int
     failure_reason: str | None
     cancelled_by: str | None
+    payload: dict[str, Any] = {}
     created_at: datetime
     claimed_at: datetime | None
     started_at: datetime | None

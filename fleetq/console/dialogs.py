@@ -1,0 +1,178 @@
+"""Modal dialogs: confirmations that name targets and effect, the drain form, help, and
+the `:` command line."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, DataTable, Input, Static
+
+from fleetq.console.text import plain
+
+DIALOG_CSS = """
+ModalScreen { align: center middle; }
+ModalScreen > Vertical {
+    width: 90; max-width: 95%; height: auto; max-height: 90%;
+    border: thick $warning; background: $surface; padding: 1 2;
+}
+ModalScreen .buttons { height: auto; margin-top: 1; align-horizontal: right; }
+ModalScreen Button { margin-left: 2; }
+ModalScreen DataTable { height: auto; max-height: 12; }
+"""
+
+
+class Confirm(ModalScreen[bool]):
+    """Yes or no on an action that names its targets and its exact effect.
+
+    Focus starts on No (a stray click or Tab-Enter does nothing harmful); `y` or Enter
+    confirms, `n` or Esc cancels, as the footer line says."""
+
+    DEFAULT_CSS = DIALOG_CSS
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Yes", priority=True),
+        Binding("enter", "answer(True)", "Yes", priority=True),
+        Binding("n", "answer(False)", "No", priority=True),
+        Binding("escape", "answer(False)", "No", priority=True),
+    ]
+
+    def __init__(self, title: str, body: Text | str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.body = body
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Text(self.title_text, style="bold"))
+            yield Static(self.body if isinstance(self.body, Text) else plain(self.body))
+            yield Static(Text("y / Enter: yes    n / Esc: no", style="dim"))
+            with Horizontal(classes="buttons"):
+                yield Button("Yes", id="yes", variant="error")
+                yield Button("No", id="no", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class DrainForm(ModalScreen[str | None]):
+    """Drain a runner: the reason to record, and what happens to each affected job."""
+
+    DEFAULT_CSS = DIALOG_CSS
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "No", priority=True)]
+
+    def __init__(self, runner: str, preview: list[tuple[int, str, str]]) -> None:
+        super().__init__()
+        self.runner = runner
+        self.preview = preview
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            title = Text("Drain runner ", style="bold")
+            title.append(plain(self.runner, "bold"))
+            yield Static(title)
+            yield Static(
+                Text(
+                    "It claims nothing more; what it runs now finishes there, then it shows "
+                    "drained. Affected jobs:"
+                )
+            )
+            table: DataTable[Text | str] = DataTable(id="preview", cursor_type="none")
+            yield table
+            yield Input(placeholder="reason (recorded with your name), Enter to drain", id="reason")
+            yield Static(Text("Enter: drain    Esc: cancel", style="dim"))
+            with Horizontal(classes="buttons"):
+                yield Button("Drain", id="yes", variant="error")
+                yield Button("No", id="no", variant="primary")
+
+    def on_mount(self) -> None:
+        table: DataTable[Text | str] = self.query_one("#preview", DataTable)
+        table.add_columns("job", "state", "elsewhere?")
+        for job, job_state, answer in self.preview:
+            table.add_row(
+                str(job), job_state, plain(answer, "bold red" if answer.startswith("NO") else "")
+            )
+        if not self.preview:
+            table.add_row("-", "-", "no running or waiting job is affected")
+        self.query_one("#reason", Input).focus()
+
+    def _reason(self) -> str:
+        return self.query_one("#reason", Input).value.strip() or "drained in console"
+
+    @on(Input.Submitted, "#reason")
+    def _submitted(self) -> None:
+        self.dismiss(self._reason())
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(self._reason() if event.button.id == "yes" else None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+HELP = """\
+Views        1 overview   2 lanes   3 jobs   4 job detail   5 runners   6 events
+             :name switches too (:overview :lanes :jobs :detail :runners :events :quit)
+Jobs         / filter (lane: state: project: runner:)   space mark   Enter open detail
+Events       / filter by words
+Actions      C cancel the marked jobs (or the one under the cursor)
+             d drain   p pause   u resume the runner under the cursor (view 5)
+             every action asks first: y/Enter yes, n/Esc no; hidden with --readonly
+Anywhere     r reload now   Ctrl-p command palette   ? or F1 this help   q quit
+
+Live: the console LISTENs to the database; a lost connection shows "stale since" in the
+title bar and disables actions until it has reconnected and read everything again.
+"""
+
+
+class Help(ModalScreen[None]):
+    """Every key, on one screen."""
+
+    DEFAULT_CSS = DIALOG_CSS
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark,f1", "close", "Close", priority=True)
+    ]
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Text("fleetq-console keys", style="bold"))
+            yield Static(Text(HELP))
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class CommandLine(ModalScreen[str | None]):
+    """`:name`, vi-style: a view name or quit."""
+
+    DEFAULT_CSS = """
+    CommandLine { align: left bottom; }
+    CommandLine Input { width: 100%; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", priority=True)]
+
+    def compose(self) -> ComposeResult:
+        yield Input(placeholder=":overview :lanes :jobs :detail :runners :events :quit")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).value = ":"
+        self.query_one(Input).focus()
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip().lstrip(":").strip().lower() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,100 @@
+"""Following the database live: a dedicated LISTEN connection that turns notifications
+into coalesced hints, with a slow resync as the safety net.
+
+On (re)connect it LISTENs first and only then asks for a full resync, so no change can
+fall between the snapshot and the first notification. A notification is only a hint
+(the payload is ignored): the app then reads new event rows by id and the visible
+views. A lost connection is reported at once (the console shows "stale since") and
+re-established with backoff; actions stay disabled until the resync after it lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+import asyncpg
+
+from fleetq.console.messages import Health, Hint
+from fleetq.core.db import as_uri
+from fleetq.core.driver import mapped_errors
+from fleetq.core.errors import FleetqError
+
+CHANNELS = ("fleetq_events", "fleetq_work", "fleetq_control")
+APPLICATION_NAME = "fleetq-console-listen"
+log = logging.getLogger(__name__)
+
+
+class Follower:
+    """Run `follow()` as a worker; it posts `Hint` and `Health` through `post`."""
+
+    def __init__(
+        self,
+        dsn: str,
+        post: Callable[[Hint | Health], object],
+        *,
+        coalesce_s: float = 0.15,
+        resync_s: float = 5.0,
+        backoff_s: tuple[float, float] = (0.25, 5.0),
+    ) -> None:
+        self.dsn = dsn
+        self.post = post
+        self.coalesce_s = coalesce_s
+        self.resync_s = resync_s
+        self.backoff_s = backoff_s
+        self.connected = asyncio.Event()
+
+    async def follow(self) -> None:
+        """Forever: connect, LISTEN, resync, then relay hints until the link breaks."""
+        delay = self.backoff_s[0]
+        while True:
+            try:
+                await self._session()
+            except (FleetqError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.info("listen connection lost: %s", exc)
+                self.post(Health(datetime.now().astimezone(), why=str(exc) or type(exc).__name__))
+            self.connected.clear()
+            await asyncio.sleep(delay)  # backoff before reconnecting, not synchronisation
+            delay = min(delay * 2, self.backoff_s[1])
+
+    async def _session(self) -> None:
+        woken = asyncio.Event()
+        lost = asyncio.Event()
+        with mapped_errors():
+            conn = await asyncpg.connect(
+                as_uri(self.dsn),
+                timeout=10,
+                server_settings={"application_name": APPLICATION_NAME},
+            )
+        try:
+            conn.add_termination_listener(lambda _c: lost.set())
+            for channel in CHANNELS:
+                await conn.add_listener(channel, lambda *_args: woken.set())
+            self.connected.set()
+            self.post(Hint(resync=True))  # listening first, then the snapshot
+            while True:
+                waiter = asyncio.create_task(woken.wait())
+                loser = asyncio.create_task(lost.wait())
+                await asyncio.wait(
+                    {waiter, loser},
+                    timeout=self.resync_s,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                waiter.cancel()
+                loser.cancel()
+                if lost.is_set() or conn.is_closed():
+                    raise FleetqError("the LISTEN connection was closed")
+                if woken.is_set():
+                    await asyncio.sleep(self.coalesce_s)  # gather a burst into one read
+                    woken.clear()
+                    self.post(Hint())
+                    continue
+                with mapped_errors():
+                    await conn.fetchval("SELECT 1", timeout=5)  # a silent link may be dead
+                self.post(Hint(resync=True))
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 2)

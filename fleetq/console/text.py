@@ -1,0 +1,106 @@
+"""Untrusted text made safe to show, and the small formats every view shares.
+
+Everything a job produced or a submitter typed (names, reasons, payloads, log tails) is
+untrusted: it is shown as plain `Text`, never parsed as Rich markup (so `[/bold]` in a
+log is just those characters), and terminal control sequences are stripped first (an
+escape sequence in a job's output must not move the operator's cursor or retitle the
+window).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from rich.text import Text
+
+# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), other two-byte escapes, C1 CSI, then
+# any remaining C0/C1 control character except tab and newline.
+_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[@-Z\\-_]"
+    r"|\x9b[0-?]*[ -/]*[@-~]"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
+_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def clean(value: object) -> str:
+    """`value` as a string with every terminal control sequence removed."""
+    return _CONTROL.sub("", "" if value is None else str(value))
+
+
+def plain(value: object, style: str = "") -> Text:
+    """Untrusted `value` as literal text in `style` (no markup is interpreted)."""
+    return Text(clean(value), style=style, no_wrap=True, overflow="ellipsis")
+
+
+def one_line(value: object, width: int = 60) -> str:
+    """Cleaned, newlines folded, cut to `width` characters."""
+    text = " ".join(clean(value).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def duration(seconds: float | None) -> str:
+    """A short human duration: 850ms, 12.3s, 4m05s, 2h10m, 3d04h."""
+    if seconds is None:
+        return "-"
+    if seconds < 0:
+        return "-" + duration(-seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def age(then: datetime | None, now: datetime) -> str:
+    """How long ago `then` was, by the database's clock."""
+    return "-" if then is None else duration((now - then).total_seconds())
+
+
+def bar(used: int, total: int, width: int = 10) -> Text:
+    """A capacity bar: `████░░░░░░ 4/10`, red when full."""
+    filled = 0 if total <= 0 else round(width * min(used, total) / total)
+    style = "red" if total and used >= total else "green"
+    text = Text("█" * filled, style=style)
+    text.append("░" * (width - filled), style="dim")
+    text.append(f" {used}/{total}")
+    return text
+
+
+def sparkline(values: list[int]) -> str:
+    """Values as block characters, scaled to the largest."""
+    top = max(values, default=0)
+    if top <= 0:
+        return _BLOCKS[0] * len(values)
+    return "".join(_BLOCKS[min(len(_BLOCKS) - 1, v * (len(_BLOCKS) - 1) // top)] for v in values)
+
+
+STATE_STYLES = {
+    "queued": "yellow",
+    "claimed": "cyan",
+    "running": "bold cyan",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+    "refused": "red",
+    "active": "green",
+    "paused": "yellow",
+    "draining": "yellow",
+    "drained": "dim",
+    "offline": "bold red",
+}
+
+
+def state(value: str, *, suffix: str = "") -> Text:
+    """A job or runner state in its colour."""
+    return Text(value + suffix, style=STATE_STYLES.get(value, ""), no_wrap=True)

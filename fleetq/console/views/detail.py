@@ -1,0 +1,155 @@
+"""View 4, job detail: requirements, eligibility (the claim's own rule), the lease
+timeline with overlap windows, and the job's events."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Static
+
+from fleetq.console import timeline
+from fleetq.console.text import age, duration, one_line, plain, state
+from fleetq.console.views.table import Cell, sync
+from fleetq.core.models import Event
+from fleetq.core.views import JobDetail
+
+
+def event_row(event: Event, *, with_job: bool = True) -> tuple[str, list[Cell]]:
+    """One event as table cells (its detail is untrusted text)."""
+    cells: list[Cell] = [str(event.id), event.at.strftime("%H:%M:%S.%f")[:-3]]
+    cells.append(
+        state(event.kind)
+        if event.kind in ("succeeded", "failed", "cancelled")
+        else plain(event.kind, "bold")
+    )
+    if with_job:
+        cells.append(str(event.job_id or ""))
+    cells += [
+        str(event.lease_version or ""),
+        plain(event.runner_id or ""),
+        plain(event.actor or ""),
+        plain(one_line(json.dumps(event.detail, sort_keys=True) if event.detail else "", 80)),
+    ]
+    return str(event.id), cells
+
+
+class DetailView(VerticalScroll):
+    """The job picked in the jobs view (Enter), or given on the command line."""
+
+    DEFAULT_CSS = """
+    DetailView > Static { padding: 0 1; height: auto; }
+    DetailView .title { text-style: bold; background: $boost; }
+    DetailView DataTable { height: auto; max-height: 16; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.detail: JobDetail | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(
+            Text("no job selected: pick one in the jobs view (3) and press Enter"), id="detail-head"
+        )
+        yield Static("eligibility", classes="title")
+        yield Static(id="detail-summary")
+        yield DataTable(id="detail-eligibility", cursor_type="row", zebra_stripes=True)
+        yield Static("lease timeline", classes="title")
+        yield Static(id="detail-timeline")
+        yield Static("output (tail)", classes="title")
+        yield Static(id="detail-output")
+        yield Static("events", classes="title")
+        yield DataTable(id="detail-events", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#detail-eligibility", DataTable).add_columns("runner", "node", "verdict")
+        self.query_one("#detail-events", DataTable).add_columns(
+            "id", "at", "kind", "token", "runner", "actor", "detail"
+        )
+
+    def show(self, detail: JobDetail, now: datetime) -> None:
+        """Put a job's detail on screen."""
+        self.detail = detail
+        job = detail.job
+        head = Text()
+        head.append(f"job {job.id}  ", style="bold")
+        head.append(plain(f"{job.project}/{job.operation}", "bold"))
+        head.append(f" @ {job.commit_sha[:12]}  lane ")
+        head.append(plain(job.lane))
+        head.append("  state ")
+        head.append_text(
+            state(job.state.value, suffix=" (stop pending)" if job.stop_pending else "")
+        )
+        if job.lease_owner:
+            head.append(f"  token {job.lease_version} on ")
+            head.append(plain(job.lease_owner))
+        head.append("\nneeds: ")
+        needs = [
+            f"capabilities {', '.join(job.capabilities) or 'none'}",
+            f"{job.memory_mb} MB",
+            f"{job.cpu_millis / 1000:g} CPUs",
+            f"timeout {duration(job.timeout_s)}",
+        ]
+        if job.requested_node:
+            needs.append(f"node {job.requested_node}")
+        head.append(plain("; ".join(needs)))
+        head.append("\nsubmitted by ")
+        head.append(plain(job.submitted_by))
+        head.append(
+            f" {age(job.created_at, now)} ago, priority class {job.priority_class}; "
+            f"lost {job.lost_count}, reassigned {job.reassign_count}"
+        )
+        if job.idempotency_key:
+            head.append("; key ")
+            head.append(plain(job.idempotency_key))
+        if job.payload:
+            head.append("\npayload: ", style="bold")
+            head.append(plain(one_line(json.dumps(job.payload, sort_keys=True), 200)))
+        if job.failure_reason:
+            head.append("\nreason: ", style="bold")
+            head.append(plain(one_line(job.failure_reason, 200)))
+        self.query_one("#detail-head", Static).update(head)
+        explanation = detail.explanation
+        self.query_one("#detail-summary", Static).update(
+            plain(explanation.summary(), "green" if explanation.eligible else "bold red")
+        )
+        sync(
+            self.query_one("#detail-eligibility", DataTable),
+            [
+                (
+                    v.runner_id,
+                    [
+                        plain(v.runner_id),
+                        plain(v.node),
+                        plain(v.describe(), "green" if v.eligible else ""),
+                    ],
+                )
+                for v in explanation.runners
+            ],
+        )
+        self.draw_timeline()
+        tail = (detail.output or "").splitlines()[-12:]
+        self.query_one("#detail-output", Static).update(
+            Text("\n").join(plain(line) for line in tail)
+            if tail
+            else Text("no output recorded", style="dim")
+        )
+        sync(
+            self.query_one("#detail-events", DataTable),
+            [event_row(e, with_job=False) for e in reversed(detail.events)],
+        )
+
+    def draw_timeline(self) -> None:
+        """(Re)draw the timeline at the view's width."""
+        if self.detail is None:
+            return
+        width = max(60, self.size.width - 4)
+        self.query_one("#detail-timeline", Static).update(
+            Text("\n").join(timeline.render(self.detail, width))
+        )
+
+    def on_resize(self) -> None:
+        self.draw_timeline()

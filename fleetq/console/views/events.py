@@ -1,0 +1,94 @@
+"""View 6, events: a live tail of the history, filterable by any word in a row."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.widgets import DataTable, Input
+
+from fleetq.console.views.detail import event_row
+from fleetq.console.views.table import Cell
+from fleetq.core.models import Event
+
+KEEP = 2000  # events kept in the tail
+
+
+class EventsView(Vertical):
+    """The newest events at the top; `/` filters (every word must match)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("slash", "filter", "Filter")]
+    DEFAULT_CSS = """
+    EventsView #events-filter { display: none; }
+    EventsView.filtering #events-filter { display: block; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.tail: deque[Event] = deque(maxlen=KEEP)
+        self.words: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        yield Input(
+            placeholder="words to match, e.g. lease_expired node-a  (empty: all)",
+            id="events-filter",
+        )
+        yield DataTable(id="events-table", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        table: DataTable[Cell] = self.query_one("#events-table", DataTable)
+        for name in ("id", "at", "kind", "job", "token", "runner", "actor", "detail"):
+            table.add_column(name, key=name)
+
+    def reset(self, events: Iterable[Event]) -> None:
+        """Replace the tail (first load and resync)."""
+        self.tail.clear()
+        self.tail.extend(events)
+        self._redraw()
+
+    def extend(self, events: list[Event]) -> None:
+        """Add new events at the top."""
+        known = self.tail[-1].id if self.tail else 0
+        fresh = [e for e in events if e.id > known]
+        if not fresh:
+            return
+        self.tail.extend(fresh)
+        table: DataTable[Cell] = self.query_one("#events-table", DataTable)
+        if len(self.tail) == KEEP or self.words:
+            self._redraw()
+            return
+        for event in fresh:
+            key, cells = event_row(event)
+            table.add_row(*cells, key=key)
+        table.sort("id", key=lambda v: -int(str(v)))  # newest first, cursor row kept
+
+    def _matches(self, event: Event) -> bool:
+        _, cells = event_row(event)
+        line = " ".join(str(c) for c in cells).lower()
+        return all(w in line for w in self.words)
+
+    def _redraw(self) -> None:
+        table: DataTable[Cell] = self.query_one("#events-table", DataTable)
+        table.clear()
+        for event in reversed(self.tail):
+            if self._matches(event):
+                key, cells = event_row(event)
+                table.add_row(*cells, key=key)
+
+    def action_filter(self) -> None:
+        self.add_class("filtering")
+        box = self.query_one("#events-filter", Input)
+        box.value = " ".join(self.words)
+        box.focus()
+
+    @on(Input.Submitted, "#events-filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        self.words = event.value.lower().split()
+        self.remove_class("filtering")
+        self._redraw()
+        self.query_one("#events-table", DataTable).focus()

@@ -1,0 +1,212 @@
+"""View 3, jobs: a page of jobs by key, filterable, with marks for bulk cancel."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Input, Static
+
+from fleetq.console.text import age, duration, one_line, plain, state
+from fleetq.console.views.table import Cell, Row, selected_key, sync, visible_keys
+from fleetq.core.models import Job, JobId, JobState
+from fleetq.core.views import JobFilter, JobPage
+
+COLUMNS = (
+    ("mark", " "),
+    ("id", "id"),
+    ("lane", "lane"),
+    ("project", "project"),
+    ("commit", "commit"),
+    ("state", "state"),
+    ("owner", "owner"),
+    ("token", "token"),
+    ("lease", "lease"),
+    ("lost", "lost/reassigned"),
+    ("age", "age"),
+    ("why", "waiting because"),
+)
+KEYS = ("lane", "state", "project", "runner")
+
+
+def parse_filter(text: str) -> JobFilter:
+    """`lane:checks state:queued project:webapp runner:node-a/r1` (any subset)."""
+    fields: dict[str, str] = {}
+    for word in text.split():
+        key, sep, value = word.partition(":")
+        if not sep or key not in KEYS or not value:
+            raise ValueError(f"{word!r}: use {', '.join(k + ':VALUE' for k in KEYS)}")
+        fields[key] = value
+    if "state" in fields and fields["state"] not in {s.value for s in JobState}:
+        raise ValueError(f"state must be one of {', '.join(s.value for s in JobState)}")
+    return JobFilter.model_validate(fields)
+
+
+def describe_filter(where: JobFilter) -> str:
+    """The filter as the operator would type it."""
+    parts = [f"{k}:{getattr(where, k)}" for k in KEYS if getattr(where, k) is not None]
+    return " ".join(p.replace("JobState.", "") for p in parts)
+
+
+class JobsView(Vertical):
+    """A page of jobs; `/` filters, `space` marks, `enter` opens the detail view."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "filter", "Filter"),
+        Binding("space", "mark", "Mark"),
+    ]
+    DEFAULT_CSS = """
+    JobsView #jobs-filter { display: none; }
+    JobsView.filtering #jobs-filter { display: block; }
+    JobsView #jobs-status { height: 1; padding: 0 1; color: $text-muted; }
+    """
+
+    class Open(Message):
+        """The operator asked for a job's detail."""
+
+        def __init__(self, job_id: JobId) -> None:
+            super().__init__()
+            self.job_id = job_id
+
+    class Filtered(Message):
+        """The operator set a new filter."""
+
+        def __init__(self, where: JobFilter) -> None:
+            super().__init__()
+            self.where = where
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.marked: set[JobId] = set()
+        self.page: JobPage | None = None
+        self.where = JobFilter()
+
+    def compose(self) -> ComposeResult:
+        yield Input(
+            placeholder="lane:checks state:queued project:webapp runner:node-a/r1  (empty: all)",
+            id="jobs-filter",
+        )
+        yield Static(id="jobs-status")
+        yield DataTable(id="jobs-table", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        table: DataTable[Cell] = self.query_one("#jobs-table", DataTable)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+
+    @property
+    def table(self) -> DataTable[Cell]:
+        return self.query_one("#jobs-table", DataTable)
+
+    def selected(self) -> JobId | None:
+        """The job under the cursor."""
+        key = selected_key(self.table)
+        return JobId(int(key)) if key else None
+
+    def targets(self) -> list[JobId]:
+        """What an action applies to: the marked jobs, else the one under the cursor."""
+        if self.marked:
+            return sorted(self.marked)
+        job = self.selected()
+        return [job] if job is not None else []
+
+    def show(self, page: JobPage, now: datetime) -> None:
+        """Put a fresh page on screen, by key."""
+        self.page = page
+        shown = len(page.jobs)
+        where = describe_filter(self.where) or "no filter"
+        status = f"{shown} of {page.total} jobs ({where})"
+        if page.total > shown:
+            status += f" — newest {shown} shown; narrow with /"
+        if self.marked:
+            status += f" — {len(self.marked)} marked"
+        self.query_one("#jobs-status", Static).update(Text(status))
+        sync(self.table, [self._row(job, page, now) for job in page.jobs])
+
+    def tick(self, now: datetime) -> None:
+        """Redraw the clock-driven cells of the rows on screen."""
+        if self.page is None:
+            return
+        by_id = {str(j.id): j for j in self.page.jobs}
+        for key in visible_keys(self.table):
+            job = by_id.get(key)
+            if job is not None:
+                self.table.update_cell(key, "lease", _lease(job, now))
+                self.table.update_cell(key, "age", age(job.created_at, now))
+
+    def _row(self, job: Job, page: JobPage, now: datetime) -> Row:
+        why: Cell = ""
+        if (explanation := page.waiting.get(job.id)) is not None:
+            why = plain(one_line(explanation.summary(), 70), "" if explanation.eligible else "red")
+        elif job.failure_reason:
+            why = plain(one_line(job.failure_reason, 70), "dim")
+        label = job.state.value + (" (stop pending)" if job.stop_pending else "")
+        return (
+            str(job.id),
+            [
+                Text("●", style="bold magenta") if job.id in self.marked else " ",
+                str(job.id),
+                plain(job.lane),
+                plain(job.project),
+                job.commit_sha[:10],
+                state(job.state.value, suffix=label[len(job.state.value) :]),
+                plain(job.lease_owner or job.reserved_on or ""),
+                str(job.lease_version),
+                _lease(job, now),
+                f"{job.lost_count}/{job.reassign_count}",
+                age(job.created_at, now),
+                why,
+            ],
+        )
+
+    def action_mark(self) -> None:
+        job = self.selected()
+        if job is None:
+            return
+        self.marked.symmetric_difference_update({job})
+        self.table.update_cell(
+            str(job), "mark", Text("●", style="bold magenta") if job in self.marked else " "
+        )
+        self.table.action_cursor_down()
+
+    def action_filter(self) -> None:
+        self.add_class("filtering")
+        box = self.query_one("#jobs-filter", Input)
+        box.value = describe_filter(self.where)
+        box.focus()
+
+    @on(Input.Submitted, "#jobs-filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        try:
+            where = parse_filter(event.value)
+        except ValueError as exc:
+            self.notify(str(exc), title="filter", severity="error")
+            return
+        self.where = where
+        self.remove_class("filtering")
+        self.table.focus()
+        self.post_message(self.Filtered(where))
+
+    def on_key(self, event: object) -> None:
+        key = getattr(event, "key", "")
+        if key == "escape" and self.has_class("filtering"):
+            self.remove_class("filtering")
+            self.table.focus()
+
+    @on(DataTable.RowSelected, "#jobs-table")
+    def _open(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.post_message(self.Open(JobId(int(event.row_key.value))))
+
+
+def _lease(job: Job, now: datetime) -> Cell:
+    if not job.state.live or job.lease_expires_at is None:
+        return ""
+    left = (job.lease_expires_at - now).total_seconds()
+    return Text(duration(left), style="red" if left < 0 else "")

@@ -1,0 +1,88 @@
+"""View 5, runners: capacity, heartbeat age, state with who set it and why."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable
+
+from fleetq.console.text import age, bar, plain, state
+from fleetq.console.views.table import Cell, selected_key, sync, visible_keys
+from fleetq.core.models import Runner
+
+COLUMNS = (
+    ("runner", "runner"),
+    ("node", "node"),
+    ("lanes", "lanes (used/slots)"),
+    ("caps", "capabilities"),
+    ("memory", "memory reserved/total MB"),
+    ("cpu", "CPU reserved"),
+    ("heartbeat", "heartbeat"),
+    ("state", "state"),
+    ("why", "reason · actor · since"),
+    ("jobs", "jobs"),
+    ("stale", "stale rejections"),
+)
+
+
+class RunnersView(Vertical):
+    """Every runner, one row each; `d`/`p`/`u` act on the selected one."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.runners: list[Runner] = []
+
+    def compose(self) -> ComposeResult:
+        yield DataTable(id="runners-table", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        table: DataTable[Cell] = self.query_one("#runners-table", DataTable)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+
+    def selected(self) -> str | None:
+        """The runner under the cursor."""
+        return selected_key(self.query_one("#runners-table", DataTable))
+
+    def show(self, runners: list[Runner], now: datetime) -> None:
+        """Put the runners on screen, by key."""
+        self.runners = runners
+        sync(self.query_one("#runners-table", DataTable), [(r.id, _cells(r, now)) for r in runners])
+
+    def tick(self, now: datetime) -> None:
+        """Redraw heartbeat ages of the rows on screen."""
+        table: DataTable[Cell] = self.query_one("#runners-table", DataTable)
+        by_id: dict[str, Runner] = {r.id: r for r in self.runners}
+        for key in visible_keys(table):
+            if (runner := by_id.get(key)) is not None:
+                table.update_cell(key, "heartbeat", _heartbeat(runner, now))
+
+
+def _cells(r: Runner, now: datetime) -> list[Cell]:
+    lanes = ", ".join(f"{lane} {used}/{slots}" for lane, (slots, used) in sorted(r.lanes.items()))
+    shown = "offline" if r.offline else r.state.value
+    why = Text()
+    why.append(plain(r.state_reason or "-"))
+    why.append(" · ")
+    why.append(plain(r.state_actor or "-"))
+    why.append(f" · {age(r.state_changed_at, now)} ago", style="dim")
+    return [
+        plain(r.id, "bold"),
+        plain(r.node),
+        plain(lanes),
+        plain(", ".join(r.capabilities) or "-"),
+        bar(r.reserved_memory_mb, r.memory_mb),
+        f"{r.reserved_cpu_millis / 1000:g}/{r.cpu_millis / 1000:g}",
+        _heartbeat(r, now),
+        state(shown),
+        why,
+        str(r.live_jobs),
+        Text(str(r.stale_rejections), style="bold red" if r.stale_rejections else ""),
+    ]
+
+
+def _heartbeat(r: Runner, now: datetime) -> Text:
+    return Text(age(r.last_heartbeat_at, now) + " ago", style="red" if r.offline else "")

@@ -1,0 +1,64 @@
+"""Update a DataTable by key, so the cursor stays on the same row while data moves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable
+from textual.widgets.data_table import RowKey
+
+Cell = Text | str
+Row = tuple[str, Sequence[Cell]]
+
+
+def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
+    """Make `table` show `rows` (key, cells) in order, keeping the cursor on its key.
+
+    When the keys are unchanged only changed cells are rewritten; otherwise the table is
+    rebuilt and the cursor moved back to the row it was on (or kept at its index when that
+    row left)."""
+    keys = [key for key, _ in rows]
+    current = [k.value for k in table.rows]
+    if keys == current:
+        columns = list(table.columns)
+        for key, cells in rows:
+            old = table.get_row(key)
+            for column, before, after in zip(columns, old, cells, strict=False):
+                if before != after:
+                    table.update_cell(key, column, after)
+        return
+    cursor_key = _cursor_key(table)
+    cursor_row = table.cursor_row
+    scroll_y = table.scroll_y
+    table.clear()
+    for key, cells in rows:
+        table.add_row(*cells, key=key)
+    if cursor_key is not None and cursor_key in keys:
+        table.move_cursor(row=keys.index(cursor_key), scroll=False)
+    elif rows:
+        table.move_cursor(row=min(cursor_row, len(rows) - 1), scroll=False)
+    table.scroll_to(y=scroll_y, animate=False)
+
+
+def _cursor_key(table: DataTable[Cell]) -> str | None:
+    if not table.row_count:
+        return None
+    try:
+        key: RowKey = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+    except Exception:
+        return None
+    return key.value
+
+
+def selected_key(table: DataTable[Cell]) -> str | None:
+    """The key of the row under the cursor."""
+    return _cursor_key(table)
+
+
+def visible_keys(table: DataTable[Cell]) -> list[str]:
+    """Keys of the rows on screen now (for the 1 s tick: only those are redrawn)."""
+    first = int(table.scroll_y)
+    height = max(1, table.size.height - 1)
+    keys = [k.value for k in table.rows]
+    return [k for k in keys[first : first + height] if k is not None]

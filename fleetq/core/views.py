@@ -1,0 +1,245 @@
+"""Read models for the operator's console: bounded reads that answer one screen each.
+
+Each function returns plain pydantic values stamped with the database's clock, so the
+console computes ages and countdowns from database time, and a test can pin that clock
+(`now=`) to render the same screen every run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict
+
+from fleetq.core import eligibility, fleet, queries, readers, stats
+from fleetq.core.driver import Driver
+from fleetq.core.models import Event, Job, JobId, JobState, Runner
+
+THROUGHPUT_BUCKET_S = 60
+THROUGHPUT_BUCKETS = 30
+QUEUE_WAIT_WINDOW_S = 15 * 60
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class LaneRow(_View):
+    """One lane's live depth and capacity."""
+
+    lane: str
+    queued: int
+    claimed: int
+    running: int
+    stop_pending: int
+    slots: int
+    slots_used: int
+    runners: int
+    eligible_runners: int
+    oldest_queued_at: datetime | None
+
+
+class ClassWait(_View):
+    """Queue wait of one priority class over the recent window."""
+
+    priority_class: int
+    jobs: int
+    p50_s: float
+    p95_s: float
+
+
+class Alerts(_View):
+    """What needs an operator's eye now."""
+
+    offline_runners: list[str]
+    open_overlaps: list[stats.Overlap]
+    stops_pending: int
+    stops_unconfirmed: int
+    unplaceable: int  # queued jobs that no registered runner could take even when idle
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing to look at."""
+        return not (
+            self.offline_runners
+            or self.open_overlaps
+            or self.stops_pending
+            or self.stops_unconfirmed
+            or self.unplaceable
+        )
+
+
+class Overview(_View):
+    """The fleet at a glance."""
+
+    now: datetime
+    lanes: list[LaneRow]
+    waits: list[ClassWait]
+    throughput: list[int]  # jobs finished per bucket, oldest first
+    runners: list[Runner]
+    alerts: Alerts
+
+
+class JobFilter(_View):
+    """The jobs view's filter; each field optional."""
+
+    state: JobState | None = None
+    lane: str | None = None
+    project: str | None = None
+    runner: str | None = None
+
+
+class JobPage(_View):
+    """A page of jobs with, for each queued one, why it waits."""
+
+    now: datetime
+    jobs: list[Job]
+    total: int  # jobs matching the filter, beyond the page too
+    waiting: dict[JobId, eligibility.Explanation]
+
+
+class ExecutionRow(_View):
+    """One execution (one fencing token) of a job."""
+
+    job_id: JobId
+    lease_version: int
+    runner_id: str
+    node: str
+    run_id: UUID
+    pid: int | None
+    claimed_at: datetime | None
+    launched_at: datetime | None
+    start_reported_at: datetime | None
+    ended_at: datetime | None
+    exit_code: int | None
+    signal: int | None
+    stop_reason: str | None
+    stop_requested_at: datetime | None
+    stop_confirmed: bool
+
+
+class JobDetail(_View):
+    """Everything the job detail view shows."""
+
+    now: datetime
+    job: Job
+    explanation: eligibility.Explanation
+    executions: list[ExecutionRow]
+    overlaps: list[stats.Overlap]
+    events: list[Event]
+    lease_seconds: int
+    output: str | None  # the recorded log tail, untrusted text
+
+
+async def now(driver: Driver) -> datetime:
+    """The database's clock."""
+    (row,) = await driver.fetch(queries.sql("views_now"))
+    value: datetime = row["now"]
+    return value
+
+
+async def overview(driver: Driver, *, at: datetime | None = None) -> Overview:
+    """Lanes, queue wait, throughput, runners and alerts, in one pass."""
+    at = at or await now(driver)
+    runners = await fleet.runners(driver)
+    (alert,) = await driver.fetch(queries.sql("views_alerts"))
+    throughput = await driver.fetch(
+        queries.sql("views_throughput"), at, THROUGHPUT_BUCKET_S, THROUGHPUT_BUCKETS
+    )
+    return Overview(
+        now=at,
+        lanes=[LaneRow.model_validate(r) for r in await driver.fetch(queries.sql("views_lanes"))],
+        waits=[
+            ClassWait.model_validate(r)
+            for r in await driver.fetch(queries.sql("views_queue_wait"), at, QUEUE_WAIT_WINDOW_S)
+        ],
+        throughput=[int(r["finished"]) for r in throughput],
+        runners=runners,
+        alerts=Alerts(
+            offline_runners=[r.id for r in runners if r.offline],
+            open_overlaps=await stats.overlaps(driver, open_only=True),
+            stops_pending=int(alert["stops_pending"]),
+            stops_unconfirmed=int(alert["stops_unconfirmed"]),
+            unplaceable=int(alert["unplaceable"]),
+        ),
+    )
+
+
+async def job_page(
+    driver: Driver, where: JobFilter, *, limit: int = 500, at: datetime | None = None
+) -> JobPage:
+    """The newest `limit` jobs matching `where`; queued ones get their explanation."""
+    at = at or await now(driver)
+    rows = await driver.fetch(
+        queries.sql("views_jobs"),
+        where.state.value if where.state else None,
+        where.lane,
+        where.project,
+        where.runner,
+        limit,
+    )
+    jobs = [Job.model_validate(r) for r in rows]
+    total = int(rows[0]["total"]) if rows else 0
+    queued = [j for j in jobs if j.state == JobState.QUEUED]
+    return JobPage(now=at, jobs=jobs, total=total, waiting=await _waiting(driver, queued))
+
+
+async def _waiting(driver: Driver, queued: list[Job]) -> dict[JobId, eligibility.Explanation]:
+    if not queued:
+        return {}
+    rows = await driver.fetch(queries.sql("views_waiting"), [j.id for j in queued])
+    by_shape: dict[tuple[Any, ...], list[eligibility.RunnerVerdict]] = defaultdict(list)
+    for row in rows:
+        by_shape[_shape(row)].append(eligibility.RunnerVerdict.model_validate(row))
+    return {
+        j.id: eligibility.Explanation(
+            job_id=j.id,
+            runners=by_shape.get(
+                _shape(
+                    {
+                        "lane": j.lane,
+                        "capabilities": j.capabilities,
+                        "requested_node": j.requested_node,
+                        "memory_mb": j.memory_mb,
+                        "cpu_millis": j.cpu_millis,
+                    }
+                ),
+                [],
+            ),
+        )
+        for j in queued
+    }
+
+
+def _shape(row: Any) -> tuple[Any, ...]:
+    return (
+        row["lane"],
+        tuple(row["capabilities"]),
+        row["requested_node"],
+        row["memory_mb"],
+        row["cpu_millis"],
+    )
+
+
+async def job_detail(driver: Driver, job_id: JobId, *, at: datetime | None = None) -> JobDetail:
+    """A job with its eligibility, executions, overlap windows and history."""
+    at = at or await now(driver)
+    job = await readers.job(driver, job_id)
+    (lease,) = await driver.fetch(queries.sql("runners_lease_seconds"))
+    output = await driver.fetch(queries.sql("views_job_output"), job_id)
+    return JobDetail(
+        now=at,
+        job=job,
+        explanation=await eligibility.explain(driver, job_id),
+        executions=[
+            ExecutionRow.model_validate(r)
+            for r in await driver.fetch(queries.sql("views_executions"), job_id)
+        ],
+        overlaps=await stats.overlaps(driver, job_id=job_id),
+        events=await readers.events(driver, job_id=job_id, limit=500),
+        lease_seconds=int(lease["lease_seconds"]),
+        output=str(output[0]["log_tail"]) if output else None,
+    )

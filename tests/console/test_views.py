@@ -1,0 +1,180 @@
+"""Every view, driven through Pilot on the scenario: what the operator sees is true."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.widgets import DataTable, Static
+
+from fleetq.console.views.jobs import JobsView
+from tests.console import scenario
+from tests.console.conftest import SIZE, console, show
+
+
+def _text(app: object, selector: str) -> str:
+    widget = app.query_one(selector, Static)  # type: ignore[attr-defined]
+    return str(widget.render())
+
+
+def _column(table: DataTable[Any], key: str) -> list[str]:
+    return [str(table.get_cell(row, key)) for row in table.rows]
+
+
+async def test_overview_shows_lanes_alerts_and_runners(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        alerts = _text(app, "#alerts")
+        assert "1 runner(s) offline: old-1/r1" in alerts
+        assert "1 stop(s) pending" in alerts
+        assert "1 queued job(s) no runner can take" in alerts
+        lanes: DataTable[object] = app.query_one("#overview-lanes", DataTable)
+        assert _column(lanes, "lane") == ["checks", "control"]
+        fleet_panel = _text(app, "#fleet")
+        assert "active 2" in fleet_panel and "draining 1" in fleet_panel
+        assert "offline 1" in fleet_panel
+
+
+async def test_lanes_view(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "2")
+        table: DataTable[object] = app.query_one("#lanes-table", DataTable)
+        checks = [str(c) for c in table.get_row("checks")]
+        # queued 4 (3 lint + browser), running 1, one stop pending, 2 of 4 online slots
+        assert checks[1:5] == ["4", "0", "1", "1"]
+        assert checks[5].endswith("1/4")  # running+claimed over slots of online runners
+        assert checks[8] == "4m00s"  # the browser job has waited since CLOCK - 240 s
+
+
+async def test_jobs_view_reasons_marks_and_filter(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        view = app.query_one(JobsView)
+        table = view.table
+        assert len(table.rows) == len(ids)
+        why = str(table.get_cell(str(ids["unplaceable"]), "why"))
+        assert why.startswith("0/4 runners eligible")
+        assert "missing capability browser" in why
+        assert str(table.get_cell(str(ids["queued0"]), "why")).startswith("1/4 runners eligible")
+        assert str(table.get_cell(str(ids["running"]), "lease")) == "20.0s"
+        assert str(table.get_cell(str(ids["stopping"]), "state")) == "cancelled (stop pending)"
+        # space marks the row under the cursor and moves down
+        table.move_cursor(row=table.get_row_index(str(ids["queued2"])))
+        await pilot.press("space", "space")
+        assert view.marked == {ids["queued2"], ids["queued1"]}
+        # the filter narrows the page
+        await pilot.press("slash")
+        await pilot.press(*"state:queued", "enter")
+        await show(pilot, "3")
+        assert set(_column(table, "id")) == {
+            str(ids[n]) for n in ("queued0", "queued1", "queued2", "unplaceable")
+        }
+        await pilot.press("slash")
+        await pilot.press(*" bogus:1", "enter")  # refused with a message, filter kept
+        assert view.where.state is not None
+
+
+async def test_detail_shows_eligibility_timeline_and_overlap(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    app = console(dsn, job=ids["overlap"], view="detail")
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "4")
+        timeline = _text(app, "#detail-timeline")
+        assert "t1 edge-1/r1" in timeline and "t2 build-1/r1" in timeline
+        assert "overlap t1∥t2: 9.0s, end confirmed, t1 superseded" in timeline
+        assert "superseded (stop confirmed)" in timeline
+        summary = _text(app, "#detail-summary")
+        assert summary.startswith("1/4 runners eligible")
+        eligibility: DataTable[object] = app.query_one("#detail-eligibility", DataTable)
+        verdicts = {str(row.value): str(eligibility.get_row(row)[2]) for row in eligibility.rows}
+        assert verdicts == {
+            "build-1/r1": "no capacity now: 2/2 checks slots in use",
+            "edge-1/r1": "draining",
+            "gpu-1/r1": "eligible",
+            "old-1/r1": "offline",
+        }
+
+
+async def test_enter_opens_the_job_under_the_cursor(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        table = app.query_one(JobsView).table
+        table.move_cursor(row=table.get_row_index(str(ids["unplaceable"])))
+        await pilot.press("enter")
+        await show(pilot, "4")
+        assert app.current == "detail" and app.detail_job == ids["unplaceable"]
+        assert "0/4 runners eligible" in _text(app, "#detail-summary")
+
+
+async def test_runners_view(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "5")
+        table: DataTable[object] = app.query_one("#runners-table", DataTable)
+        edge = [str(c) for c in table.get_row("edge-1/r1")]
+        assert edge[7] == "draining"
+        assert edge[8] == "kernel update · alice · 5m00s ago"
+        assert edge[10] == "1"  # a stale-lease rejection
+        assert [str(c) for c in table.get_row("old-1/r1")][7] == "offline"
+        assert [str(c) for c in table.get_row("build-1/r1")][4].endswith("512/8192")
+
+
+async def test_events_view_and_filter(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "6")
+        table: DataTable[object] = app.query_one("#events-table", DataTable)
+        kinds = _column(table, "kind")
+        assert kinds[0] == "cancelled" and len(kinds) == 21  # newest first
+        await pilot.press("slash", *"superseded", "enter")
+        await pilot.pause()
+        assert _column(table, "kind") == ["stopped"]
+
+
+async def test_untrusted_text_is_shown_literally(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, ids = fleet
+    app = console(dsn, job=ids["hostile"], view="detail")
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "4")
+        head = app.query_one("#detail-head", Static).render()
+        text = str(head)
+        assert "reason: [/bold] boom [red]not red[/red] ESC done" in text
+        assert "\x1b" not in text and "\x07" not in text
+        output = str(app.query_one("#detail-output", Static).render())
+        assert "[/bold] boom [red]not red[/red] ESC  done" in output
+        assert "\x1b" not in output and "pwned" not in output
+        await show(pilot, "3")
+        why = app.query_one(JobsView).table.get_cell(str(ids["hostile"]), "why")
+        assert "[/bold] boom [red]not red[/red]" in str(why)
+
+
+async def test_views_switch_by_name_and_help_opens(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        await pilot.press("colon", *"runners", "enter")
+        await pilot.pause()
+        assert app.current == "runners"
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "Help"
+        await pilot.press("escape")
+        await pilot.press("f1")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "Help"
+
+
+def test_scenario_clock_is_pinned() -> None:
+    assert scenario.at(0) == scenario.CLOCK
