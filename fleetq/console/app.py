@@ -81,6 +81,7 @@ class ConsoleApp(App[None]):
         job: JobId | None = None,
         view: str = "overview",
         title: str | None = None,
+        resync_s: float = 5.0,
     ) -> None:
         super().__init__()
         self.source = Source(dsn, clock=clock)
@@ -97,7 +98,8 @@ class ConsoleApp(App[None]):
         self._again: Hint | None = None
         self.loads = 0  # reads put on screen (tests wait on it)
         self._db_now: tuple[datetime, float] | None = None
-        self.follower = Follower(dsn, self.post_message)
+        self.outages = 0  # times the console went stale
+        self.follower = Follower(dsn, self.post_message, resync_s=resync_s)
         if title:
             self.title = title
 
@@ -222,6 +224,7 @@ class ConsoleApp(App[None]):
     def _health(self, health: Health) -> None:
         if health.stale_since is not None and self.stale_since is None:
             self.stale_since = health.stale_since
+            self.outages += 1
             self.notify(clean(health.why) or "connection lost", title="stale", severity="warning")
         elif health.stale_since is None:
             self.stale_since = None

@@ -16,15 +16,20 @@ from textual.widgets import Button, DataTable, Input, Static
 from fleetq.console.text import plain
 
 DIALOG_CSS = """
-ModalScreen { align: center middle; }
-ModalScreen > Vertical {
-    width: 90; max-width: 95%; height: auto; max-height: 90%;
+DIALOG { align: center middle; }
+DIALOG > Vertical {
+    width: 100; max-width: 95%; height: auto; max-height: 90%;
     border: thick $warning; background: $surface; padding: 1 2;
 }
-ModalScreen .buttons { height: auto; margin-top: 1; align-horizontal: right; }
-ModalScreen Button { margin-left: 2; }
-ModalScreen DataTable { height: auto; max-height: 12; }
+DIALOG .buttons { height: auto; margin-top: 1; align-horizontal: right; }
+DIALOG Button { margin-left: 2; }
+DIALOG DataTable { height: auto; max-height: 14; }
 """
+
+
+def _css(name: str) -> str:
+    """The shared dialog look, for one screen class (screen CSS is scoped to its type)."""
+    return DIALOG_CSS.replace("DIALOG", name)
 
 
 class Confirm(ModalScreen[bool]):
@@ -33,7 +38,7 @@ class Confirm(ModalScreen[bool]):
     Focus starts on No (a stray click or Tab-Enter does nothing harmful); `y` or Enter
     confirms, `n` or Esc cancels, as the footer line says."""
 
-    DEFAULT_CSS = DIALOG_CSS
+    DEFAULT_CSS = _css("Confirm")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes", priority=True),
         Binding("enter", "answer(True)", "Yes", priority=True),
@@ -69,7 +74,7 @@ class Confirm(ModalScreen[bool]):
 class DrainForm(ModalScreen[str | None]):
     """Drain a runner: the reason to record, and what happens to each affected job."""
 
-    DEFAULT_CSS = DIALOG_CSS
+    DEFAULT_CSS = _css("DrainForm")
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "No", priority=True)]
 
     def __init__(self, runner: str, preview: list[tuple[int, str, str]]) -> None:
@@ -140,7 +145,7 @@ title bar and disables actions until it has reconnected and read everything agai
 class Help(ModalScreen[None]):
     """Every key, on one screen."""
 
-    DEFAULT_CSS = DIALOG_CSS
+    DEFAULT_CSS = _css("Help")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,question_mark,f1", "close", "Close", priority=True)
     ]

@@ -152,6 +152,13 @@ def render(detail: JobDetail, width: int) -> list[Text]:
         lines.append(line)
         lines.append(Text(" " * LABEL + _describe(lane, detail.now), style="dim"))
     for window in detail.overlaps:
+        lo, hi = col(window.started_at), col(window.ended_at or detail.now)
+        row = Text(
+            f"overlap t{window.older_token}∥t{window.newer_token}".ljust(LABEL), style="bold red"
+        )
+        row.append(" " * lo)
+        row.append("░" * (hi - lo + 1), style=f"bold red {OVERLAP_STYLE}")
+        lines.append(row)
         state = (
             "open: both may still run"
             if window.open

@@ -34,6 +34,8 @@ class RunnerVerdict(BaseModel):
     missing_capabilities: list[str]
     free_memory_mb: int
     free_cpu_millis: int
+    total_memory_mb: int = 0
+    total_cpu_millis: int = 0
     slots: int | None
     slots_used: int | None
 
@@ -43,12 +45,20 @@ class RunnerVerdict(BaseModel):
         return self.reason is None
 
     @property
+    def too_small(self) -> bool:
+        """The job needs more memory or CPU than the runner has in all: it never fits."""
+        return (
+            self.needs_memory_mb > self.total_memory_mb
+            or self.needs_cpu_millis > self.total_cpu_millis
+        )
+
+    @property
     def group(self) -> str:
         """The reason as counted in the summary line."""
         if self.reason is None:
             return "eligible"
         if self.reason in CAPACITY_REASONS:
-            return "no capacity now"
+            return "too small" if self.too_small else "no capacity now"
         return self.describe()
 
     def describe(self) -> str:
@@ -65,6 +75,15 @@ class RunnerVerdict(BaseModel):
                 return f"job asks for node {self.requested_node}"
             case "slots":
                 return f"no capacity now: {self.slots_used}/{self.slots} {self.lane} slots in use"
+            case "memory" if self.needs_memory_mb > self.total_memory_mb:
+                return (
+                    f"too small: needs {self.needs_memory_mb} MB, has {self.total_memory_mb} MB"
+                )
+            case "cpu" if self.needs_cpu_millis > self.total_cpu_millis:
+                return (
+                    f"too small: needs {_cpus(self.needs_cpu_millis)} CPUs, "
+                    f"has {_cpus(self.total_cpu_millis)}"
+                )
             case "memory":
                 return (
                     f"no capacity now: needs {self.needs_memory_mb} MB, {self.free_memory_mb} free"

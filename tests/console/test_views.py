@@ -58,9 +58,9 @@ async def test_jobs_view_reasons_marks_and_filter(fleet: tuple[str, dict[str, in
         table = view.table
         assert len(table.rows) == len(ids)
         why = str(table.get_cell(str(ids["unplaceable"]), "why"))
-        assert why.startswith("0/4 runners eligible")
-        assert "missing capability browser" in why
-        assert str(table.get_cell(str(ids["queued0"]), "why")).startswith("1/4 runners eligible")
+        assert why == ("no runner eligible now: 3 missing capability browser, 1 too small")
+        queued = str(table.get_cell(str(ids["queued0"]), "why"))
+        assert queued == "waiting its turn: 1/4 runners eligible"
         assert str(table.get_cell(str(ids["running"]), "lease")) == "20.0s"
         assert str(table.get_cell(str(ids["stopping"]), "state")) == "cancelled (stop pending)"
         # space marks the row under the cursor and moves down
@@ -121,12 +121,16 @@ async def test_runners_view(fleet: tuple[str, dict[str, int]]) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await show(pilot, "5")
         table: DataTable[object] = app.query_one("#runners-table", DataTable)
-        edge = [str(c) for c in table.get_row("edge-1/r1")]
-        assert edge[7] == "draining"
-        assert edge[8] == "kernel update · alice · 5m00s ago"
-        assert edge[10] == "1"  # a stale-lease rejection
-        assert [str(c) for c in table.get_row("old-1/r1")][7] == "offline"
-        assert [str(c) for c in table.get_row("build-1/r1")][4].endswith("512/8192")
+
+        def cell(runner: str, column: str) -> str:
+            return str(table.get_cell(runner, column))
+
+        assert cell("edge-1/r1", "state") == "draining"
+        assert cell("edge-1/r1", "why") == "kernel update · alice · 5m00s ago"
+        assert cell("edge-1/r1", "stale") == "1"  # a stale-lease rejection
+        assert cell("old-1/r1", "state") == "offline"
+        assert cell("build-1/r1", "memory").endswith("512/8192")
+        assert cell("build-1/r1", "jobs") == "2"  # the running job and the pending stop
 
 
 async def test_events_view_and_filter(fleet: tuple[str, dict[str, int]]) -> None:

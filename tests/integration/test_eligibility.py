@@ -201,7 +201,9 @@ async def test_summary_line_names_reasons_with_counts(
     fleet.operations(sync_conn)
     for i in range(3):
         await fleet.runner(driver, f"plain{i}")
-    busy = await fleet.runner(driver, "busy", capabilities=("browser",), memory_mb=2048)
+    busy = await fleet.runner(driver, "busy", capabilities=("browser",), memory_mb=8192)
+    sync_conn.execute("UPDATE fleetq.runners SET reserved_memory_mb = 6144 WHERE id = $1", [busy])
+    small = await fleet.runner(driver, "small", capabilities=("browser",), memory_mb=2048)
     await fleet.runner(driver, "idle", capabilities=("browser",), node="node-b")
     draining = await fleet.runner(driver, "drain", capabilities=("browser",))
     sync_conn.execute("UPDATE fleetq.runners SET state = 'draining' WHERE id = $1", [draining])
@@ -212,9 +214,11 @@ async def test_summary_line_names_reasons_with_counts(
     )
     explained = await eligibility.explain(driver, job.job_id)
     assert explained.summary() == (
-        "1/6 runners eligible: 3 missing capability browser, 1 draining, 1 no capacity now"
+        "1/7 runners eligible: 3 missing capability browser, 1 draining, 1 no capacity now, "
+        "1 too small"
     )
     reasons = {v.runner_id: v.describe() for v in explained.runners}
     assert reasons[busy] == "no capacity now: needs 4096 MB, 2048 free"
+    assert reasons[small] == "too small: needs 4096 MB, has 2048 MB"
     assert reasons["node-a/plain0"] == "missing capability browser"
     assert explained.eligible == ["node-b/idle"]

@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Input, Static
 
 from fleetq.console.text import age, duration, one_line, plain, state
 from fleetq.console.views.table import Cell, Row, selected_key, sync, visible_keys
+from fleetq.core.eligibility import Explanation
 from fleetq.core.models import Job, JobId, JobState
 from fleetq.core.views import JobFilter, JobPage
 
@@ -30,7 +31,7 @@ COLUMNS = (
     ("lease", "lease"),
     ("lost", "lost/reassigned"),
     ("age", "age"),
-    ("why", "waiting because"),
+    ("why", "reason"),
 )
 KEYS = ("lane", "state", "project", "runner")
 
@@ -143,7 +144,7 @@ class JobsView(Vertical):
     def _row(self, job: Job, page: JobPage, now: datetime) -> Row:
         why: Cell = ""
         if (explanation := page.waiting.get(job.id)) is not None:
-            why = plain(one_line(explanation.summary(), 70), "" if explanation.eligible else "red")
+            why = _waiting(explanation)
         elif job.failure_reason:
             why = plain(one_line(job.failure_reason, 70), "dim")
         label = job.state.value + (" (stop pending)" if job.stop_pending else "")
@@ -210,3 +211,13 @@ def _lease(job: Job, now: datetime) -> Cell:
         return ""
     left = (job.lease_expires_at - now).total_seconds()
     return Text(duration(left), style="red" if left < 0 else "")
+
+
+def _waiting(explanation: Explanation) -> Text:
+    """Why a queued job waits, short enough for a column: with an eligible runner it is
+    only waiting its turn; with none, the reasons (the full table is in the detail)."""
+    total = len(explanation.runners)
+    if explanation.eligible:
+        return Text(f"waiting its turn: {len(explanation.eligible)}/{total} runners eligible")
+    parts = ", ".join(f"{n} {group}" for group, n in explanation.counts())
+    return plain(one_line(f"no runner eligible now: {parts or 'none registered'}", 80), "red")

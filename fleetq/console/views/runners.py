@@ -16,15 +16,15 @@ from fleetq.core.models import Runner
 COLUMNS = (
     ("runner", "runner"),
     ("node", "node"),
-    ("lanes", "lanes (used/slots)"),
-    ("caps", "capabilities"),
-    ("memory", "memory reserved/total MB"),
-    ("cpu", "CPU reserved"),
-    ("heartbeat", "heartbeat"),
     ("state", "state"),
-    ("why", "reason · actor · since"),
+    ("heartbeat", "heartbeat"),
     ("jobs", "jobs"),
+    ("lanes", "lanes (used/slots)"),
+    ("memory", "memory reserved/total MB"),
+    ("cpu", "CPUs reserved"),
+    ("caps", "capabilities"),
     ("stale", "stale rejections"),
+    ("why", "state reason · actor · since"),
 )
 
 
@@ -69,19 +69,20 @@ def _cells(r: Runner, now: datetime) -> list[Cell]:
     why.append(" · ")
     why.append(plain(r.state_actor or "-"))
     why.append(f" · {age(r.state_changed_at, now)} ago", style="dim")
-    return [
-        plain(r.id, "bold"),
-        plain(r.node),
-        plain(lanes),
-        plain(", ".join(r.capabilities) or "-"),
-        bar(r.reserved_memory_mb, r.memory_mb),
-        f"{r.reserved_cpu_millis / 1000:g}/{r.cpu_millis / 1000:g}",
-        _heartbeat(r, now),
-        state(shown),
-        why,
-        str(r.live_jobs),
-        Text(str(r.stale_rejections), style="bold red" if r.stale_rejections else ""),
-    ]
+    cells: dict[str, Cell] = {
+        "runner": plain(r.id, "bold"),
+        "node": plain(r.node),
+        "state": state(shown),
+        "heartbeat": _heartbeat(r, now),
+        "jobs": str(r.live_jobs),
+        "lanes": plain(lanes),
+        "memory": bar(r.reserved_memory_mb, r.memory_mb),
+        "cpu": f"{r.reserved_cpu_millis / 1000:g}/{r.cpu_millis / 1000:g}",
+        "caps": plain(", ".join(r.capabilities) or "-"),
+        "stale": Text(str(r.stale_rejections), style="bold red" if r.stale_rejections else ""),
+        "why": why,
+    }
+    return [cells[key] for key, _label in COLUMNS]
 
 
 def _heartbeat(r: Runner, now: datetime) -> Text:

@@ -141,6 +141,8 @@ SELECT s.lane, s.capabilities, s.requested_node, s.memory_mb, s.cpu_millis,
              EXCEPT SELECT c FROM unnest(r.capabilities) c ORDER BY 1) AS missing_capabilities,
        r.memory_mb - r.reserved_memory_mb AS free_memory_mb,
        r.cpu_millis - r.reserved_cpu_millis AS free_cpu_millis,
+       r.memory_mb AS total_memory_mb,
+       r.cpu_millis AS total_cpu_millis,
        l.slots,
        l.slots_used
 FROM shapes s

@@ -1,0 +1,148 @@
+"""Keyboard actions write through fleetq.core, after a confirmation, as the operator."""
+
+from __future__ import annotations
+
+from fleetq.console.dialogs import Confirm, DrainForm
+from fleetq.console.views.jobs import JobsView
+from fleetq.console.views.runners import RunnersView
+from fleetq.core.db import connect
+from tests.console.conftest import SIZE, console, show, until
+
+
+def _job(dsn: str, job: int) -> tuple[str, str | None]:
+    with connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT state, cancelled_by FROM fleetq.jobs WHERE id = $1", [job]
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def _runner(dsn: str, runner: str) -> tuple[str, str | None, str | None]:
+    with connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT state, state_reason, state_actor FROM fleetq.runners WHERE id = $1", [runner]
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+def _cursor_to(app: object, table_owner: type, key: str) -> None:
+    table = app.query_one(table_owner).query_one("DataTable")  # type: ignore[attr-defined]
+    table.move_cursor(row=table.get_row_index(key))
+
+
+async def test_cancel_with_C_and_y_cancels_the_job_and_updates_the_row(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    running = ids["running"]
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        _cursor_to(app, JobsView, str(running))
+        assert "cancel_jobs" in {b.binding.action for b in app.screen.active_bindings.values()}
+        await pilot.press("C")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm)
+        assert app.screen.focused is not None and app.screen.focused.id == "no"
+        body = str(app.screen.body)
+        assert f"Cancel 1 job: {running} — runners will be asked to stop them" in body
+        before = app.loads
+        await pilot.press("y")
+        await until(pilot, lambda: app.loads > before and not app.busy)
+        assert _job(dsn, running) == ("cancelled", "operator")
+        table = app.query_one(JobsView).table
+        assert str(table.get_cell(str(running), "state")) == "cancelled (stop pending)"
+        assert table.cursor_row == table.get_row_index(str(running))  # cursor kept its row
+
+
+async def test_marked_jobs_are_cancelled_together(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        _cursor_to(app, JobsView, str(ids["queued2"]))
+        await pilot.press("space", "space")
+        await pilot.press("C")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm)
+        assert f"Cancel 2 jobs: {ids['queued1']}, {ids['queued2']}" in str(app.screen.body)
+        await pilot.press("enter")  # Enter confirms too
+        await until(pilot, lambda: _job(dsn, ids["queued1"])[0] == "cancelled")
+        assert _job(dsn, ids["queued2"]) == ("cancelled", "operator")
+        assert _job(dsn, ids["queued0"])[0] == "queued"
+
+
+async def test_n_and_escape_change_nothing(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        _cursor_to(app, JobsView, str(ids["queued0"]))
+        for answer in ("n", "escape"):
+            await pilot.press("C")
+            await pilot.pause()
+            assert isinstance(app.screen, Confirm)
+            await pilot.press(answer)
+            await pilot.pause()
+            assert not isinstance(app.screen, Confirm)
+        assert _job(dsn, ids["queued0"]) == ("queued", None)
+
+
+async def test_drain_writes_state_reason_and_actor_after_a_preview(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "5")
+        _cursor_to(app, RunnersView, "build-1/r1")
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DrainForm))
+        form = app.screen
+        assert isinstance(form, DrainForm)
+        preview = {job: answer for job, _state, answer in form.preview}
+        # what build-1 runs finishes there; the queued lint jobs can run on gpu-1
+        assert preview[ids["running"]].startswith("finishes here; eligible with room elsewhere")
+        assert preview[ids["queued0"]] == "can run on gpu-1/r1"
+        await pilot.press(*"disk swap", "enter")
+        await until(pilot, lambda: _runner(dsn, "build-1/r1")[0] == "draining")
+        assert _runner(dsn, "build-1/r1") == ("draining", "disk swap", "operator")
+
+
+async def test_pause_and_resume(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "5")
+        _cursor_to(app, RunnersView, "gpu-1/r1")
+        await pilot.press("p")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm)
+        assert "it claims nothing new until resumed" in str(app.screen.body)
+        await pilot.press("y")
+        await until(pilot, lambda: _runner(dsn, "gpu-1/r1")[0] == "paused")
+        await pilot.press("u", "y")
+        await until(pilot, lambda: _runner(dsn, "gpu-1/r1")[0] == "active")
+        assert _runner(dsn, "gpu-1/r1")[2] == "operator"
+
+
+async def test_readonly_hides_and_refuses_every_action(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, ids = fleet
+    app = console(dsn, readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        _cursor_to(app, JobsView, str(ids["queued0"]))
+        shown = {b.binding.action for b in app.screen.active_bindings.values()}
+        assert not shown & {"cancel_jobs", "runner_state('draining')"}
+        await pilot.press("C", "y")
+        await pilot.pause()
+        await show(pilot, "5")
+        _cursor_to(app, RunnersView, "gpu-1/r1")
+        await pilot.press("d", "p", "y", "u", "y")
+        await pilot.pause()
+        assert not isinstance(app.screen, Confirm | DrainForm)
+        assert "read-only" in app.sub_title
+    assert _job(dsn, ids["queued0"]) == ("queued", None)
+    assert _runner(dsn, "gpu-1/r1") == ("active", None, None)

@@ -1,0 +1,77 @@
+"""Live updates: a NOTIFY-ing change made elsewhere shows within a second, and the
+console recovers when its LISTEN connection is killed."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from fleetq.console.live import APPLICATION_NAME
+from fleetq.console.messages import Health
+from fleetq.console.views.jobs import JobsView
+from fleetq.core.db import connect
+from tests import factories
+from tests.console.conftest import SIZE, console, show, until
+
+
+def _submit(dsn: str) -> int:
+    """Submit through the protocol (which NOTIFYs), from another connection."""
+    with connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT job_id FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, 'ci', '{}')",
+            [factories.SHA],
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _listed(app: object, job: int) -> bool:
+    return str(job) in {k.value for k in app.query_one(JobsView).table.rows}  # type: ignore[attr-defined]
+
+
+async def test_a_notified_change_shows_within_a_second(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    # No periodic resync during the test: only the NOTIFY can explain the update.
+    app = console(dsn, live=True, clock=None, resync_s=600)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        await until(pilot, lambda: app.follower.connected.is_set())
+        job = _submit(dsn)
+        took = await until(pilot, lambda: _listed(app, job), deadline=1.0)
+        print(f"\nconsole showed job {job} {took * 1000:.0f} ms after its submit committed")
+
+
+async def test_recovers_after_its_listen_connection_is_killed(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, _ids = fleet
+    app = console(dsn, live=True, clock=None, resync_s=600)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        await until(pilot, lambda: app.follower.connected.is_set())
+        with connect(dsn, autocommit=True) as conn:
+            killed = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = $1 AND datname = current_database()",
+                [APPLICATION_NAME],
+            ).fetchone()
+        assert killed == (1,)
+        await until(pilot, lambda: app.outages == 1)
+        await until(pilot, lambda: app.stale_since is None and app.follower.connected.is_set())
+        assert app.check_action("cancel_jobs", ()) is True  # actions are back after resync
+        job = _submit(dsn)
+        await until(pilot, lambda: _listed(app, job), deadline=2.0)
+
+
+async def test_actions_are_off_while_stale(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        assert app.check_action("cancel_jobs", ()) is True
+        app.post_message(Health(datetime.now().astimezone(), why="test: connection lost"))
+        await until(pilot, lambda: app.stale_since is not None)
+        assert app.check_action("cancel_jobs", ()) is None
+        assert "STALE since" in app.sub_title
+        await pilot.press("C")
+        await pilot.pause()
+        assert type(app.screen).__name__ != "Confirm"
