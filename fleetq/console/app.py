@@ -36,7 +36,7 @@ from fleetq.console.views.overview import OverviewView
 from fleetq.console.views.runners import RunnersView
 from fleetq.core.errors import FleetqError
 from fleetq.core.models import JobId, RunnerState
-from fleetq.core.views import JobFilter
+from fleetq.core.views import JobFilter, Overview
 
 VIEWS = ("overview", "lanes", "jobs", "detail", "runners", "events")
 ACTIONS = frozenset({"cancel_jobs", "runner_state"})
@@ -98,6 +98,7 @@ class ConsoleApp(App[None]):
         self._again: Hint | None = None
         self.loads = 0  # reads put on screen (tests wait on it)
         self._db_now: tuple[datetime, float] | None = None
+        self.overview: Overview | None = None
         self.outages = 0  # times the console went stale
         self.follower = Follower(dsn, self.post_message, resync_s=resync_s)
         if title:
@@ -189,19 +190,17 @@ class ConsoleApp(App[None]):
         overview = loaded.overview
         assert overview is not None
         self._db_now = (overview.now, time.monotonic())
-        now = overview.now
-        self.query_one(OverviewView).show(overview, now)
-        self.query_one(LanesView).show(overview, now)
-        self.query_one(RunnersView).show(overview.runners, now)
-        if loaded.page is not None:
-            self.query_one(JobsView).show(loaded.page, now)
-        if loaded.detail is not None:
-            self.query_one(DetailView).show(loaded.detail, now)
+        self.overview = overview
+        self._show_overview()
+        if loaded.page is not None and self.current == "jobs":
+            self.query_one(JobsView).show(loaded.page, overview.now)
+        if loaded.detail is not None and self.current == "detail":
+            self.query_one(DetailView).show(loaded.detail, overview.now)
         events = self.query_one(EventsView)
         if loaded.resync:
-            events.reset(loaded.events)
+            events.reset(loaded.events, draw=self.current == "events")
         else:
-            events.extend(loaded.events)
+            events.extend(loaded.events, draw=self.current == "events")
         if loaded.events:
             self.last_event = loaded.events[-1].id
         if loaded.resync and (self.stale_since is not None or not self.ready):
@@ -211,6 +210,19 @@ class ConsoleApp(App[None]):
         if self._again is not None:
             again, self._again = self._again, None
             self._hint(again)
+
+    def _show_overview(self) -> None:
+        """Put the latest overview into the visible view that shows it (hidden views are
+        drawn when they are switched to: a big fleet costs one table, not four)."""
+        if self.overview is None:
+            return
+        now = self.overview.now
+        if self.current == "overview":
+            self.query_one(OverviewView).show(self.overview, now)
+        elif self.current == "lanes":
+            self.query_one(LanesView).show(self.overview, now)
+        elif self.current == "runners":
+            self.query_one(RunnersView).show(self.overview.runners, now)
 
     def _retry(self) -> None:
         """After a failed load: the follower's reconnect will resync; if not live, retry."""
@@ -262,6 +274,9 @@ class ConsoleApp(App[None]):
             return
         self.current = name
         self.query_one(ContentSwitcher).current = name
+        self._show_overview()
+        if name == "events":
+            self.query_one(EventsView).draw()
         self._focus_view(name)
         self._status()
         self.post_message(Hint())

@@ -32,6 +32,7 @@ class EventsView(Vertical):
         super().__init__(id=id)
         self.tail: deque[Event] = deque(maxlen=KEEP)
         self.words: list[str] = []
+        self._dirty = False
 
     def compose(self) -> ComposeResult:
         yield Input(
@@ -45,27 +46,36 @@ class EventsView(Vertical):
         for name in ("id", "at", "kind", "job", "token", "runner", "actor", "detail"):
             table.add_column(name, key=name)
 
-    def reset(self, events: Iterable[Event]) -> None:
+    def reset(self, events: Iterable[Event], *, draw: bool = True) -> None:
         """Replace the tail (first load and resync)."""
         self.tail.clear()
         self.tail.extend(events)
-        self._redraw()
+        self._dirty = True
+        if draw:
+            self.draw()
 
-    def extend(self, events: list[Event]) -> None:
-        """Add new events at the top."""
+    def extend(self, events: list[Event], *, draw: bool = True) -> None:
+        """Add new events at the top (drawn now only when the view is on screen)."""
         known = self.tail[-1].id if self.tail else 0
         fresh = [e for e in events if e.id > known]
         if not fresh:
             return
         self.tail.extend(fresh)
-        table: DataTable[Cell] = self.query_one("#events-table", DataTable)
-        if len(self.tail) == KEEP or self.words:
-            self._redraw()
+        if not draw or self._dirty or len(self.tail) == KEEP or self.words:
+            self._dirty = True
+            if draw:
+                self.draw()
             return
+        table: DataTable[Cell] = self.query_one("#events-table", DataTable)
         for event in fresh:
             key, cells = event_row(event)
             table.add_row(*cells, key=key)
         table.sort("id", key=lambda v: -int(str(v)))  # newest first, cursor row kept
+
+    def draw(self) -> None:
+        """Redraw the table from the tail, if it changed while hidden."""
+        if self._dirty:
+            self._redraw()
 
     def _matches(self, event: Event) -> bool:
         _, cells = event_row(event)
@@ -73,6 +83,7 @@ class EventsView(Vertical):
         return all(w in line for w in self.words)
 
     def _redraw(self) -> None:
+        self._dirty = False
         table: DataTable[Cell] = self.query_one("#events-table", DataTable)
         table.clear()
         for event in reversed(self.tail):
