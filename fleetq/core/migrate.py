@@ -103,6 +103,18 @@ def migrate(dsn: str, directory: Path | None = None) -> list[Migration]:
             conn.execute(sql("migrate_unlock"), [MIGRATION_LOCK_KEY])
 
 
+def reset(dsn: str) -> None:
+    """Drop the fleetq schema and everything in it, under the migration lock, so the next
+    `migrate` starts from nothing. For starting a demo over (`fleetq demo --reset`); the
+    rest of the database is left alone."""
+    with connect(dsn, autocommit=True) as conn:
+        conn.execute(sql("migrate_lock"), [MIGRATION_LOCK_KEY])
+        try:
+            conn.execute(sql("migrate_drop_schema"))
+        finally:
+            conn.execute(sql("migrate_unlock"), [MIGRATION_LOCK_KEY])
+
+
 def status(dsn: str, directory: Path | None = None) -> list[MigrationStatus]:
     """Every known and applied migration with its state, oldest first."""
     migrations = discover(directory)

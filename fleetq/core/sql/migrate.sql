@@ -31,3 +31,8 @@ SELECT version, name, checksum, applied_at FROM fleetq.schema_migrations ORDER B
 -- In the migration's own transaction, so the record and the change commit together.
 -- $1 version, $2 file name, $3 sha256
 INSERT INTO fleetq.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
+
+-- name: migrate_drop_schema
+-- `fleetq demo --reset`: every fleetq table, function and row in this database goes; the
+-- next migrate recreates them. Run under migrate_lock, so no migration is half-dropped.
+DROP SCHEMA IF EXISTS fleetq CASCADE;
