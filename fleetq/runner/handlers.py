@@ -1,7 +1,11 @@
-"""Handlers that ship with fleetq (the benchmark and the example config use them)."""
+"""Handlers that ship with fleetq (the benchmark, the example config and the demo use them)."""
 
 from __future__ import annotations
 
+import asyncio
+
+from fleetq.core import leasing
+from fleetq.core.driver import AsyncpgDriver
 from fleetq.runner.context import JobContext
 
 
@@ -17,3 +21,24 @@ async def echo(ctx: JobContext) -> str:
 async def fail(ctx: JobContext) -> None:
     """Always fail (tests and demos)."""
     raise RuntimeError(f"job {ctx.claim.job_id} failed on purpose")
+
+
+async def publish(ctx: JobContext) -> str:
+    """Publish to the fenced ledger, an external store that orders writes by fencing
+    token: after `payload.seconds` of work, write under `payload.key` (default: the job's
+    own key) presenting this execution's token. A stale holder whose write arrives after
+    a newer token's is refused, and the job fails saying so; the demo counts violations
+    (an accepted write behind a newer token), which must stay 0."""
+    payload = ctx.claim.payload
+    await asyncio.sleep(float(payload.get("seconds", 0)))
+    key = str(payload.get("key") or f"job-{ctx.claim.job_id}")
+    accepted = await leasing.fenced_write(
+        AsyncpgDriver(ctx.pool),
+        key=key,
+        job_id=ctx.claim.job_id,
+        token=ctx.claim.lease_version,
+        value={"runner": ctx.runner},
+    )
+    if not accepted:
+        raise RuntimeError(f"ledger {key} refused token {ctx.token}: a newer one wrote first")
+    return f"ledger {key}: token {ctx.token} accepted"
