@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import os
 import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -67,6 +68,7 @@ class ConsoleApp(App[None]):
         Binding("question_mark,f1", "help", "Help"),
         Binding("colon", "command_line", ":view", show=False),
         Binding("r", "reload", "Reload", show=False),
+        Binding("ctrl+s", "save_svg", "Screenshot", show=False),
         Binding("q", "quit", "Quit"),
     ]
 
@@ -311,6 +313,13 @@ class ConsoleApp(App[None]):
 
     def action_reload(self) -> None:
         self.post_message(Hint(resync=True))
+
+    def action_save_svg(self) -> None:
+        """Save the screen as SVG in $FLEETQ_SCREENSHOTS (default: the current directory)."""
+        folder = os.environ.get("FLEETQ_SCREENSHOTS", ".")
+        name = f"fleetq-console-{self.current}-{datetime.now():%Y%m%d-%H%M%S}.svg"
+        path = self.save_screenshot(filename=name, path=folder)
+        self.notify(f"saved {path}", title="screenshot")
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

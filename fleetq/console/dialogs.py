@@ -135,7 +135,8 @@ Events       / filter by words
 Actions      C cancel the marked jobs (or the one under the cursor)
              d drain   p pause   u resume the runner under the cursor (view 5)
              every action asks first: y/Enter yes, n/Esc no; hidden with --readonly
-Anywhere     r reload now   Ctrl-p command palette   ? or F1 this help   q quit
+Anywhere     r reload now   Ctrl-s save an SVG screenshot   Ctrl-p palette   ? or F1 help
+             q quit
 
 Live: the console LISTENs to the database; a lost connection shows "stale since" in the
 title bar and disables actions until it has reconnected and read everything again.
