@@ -75,6 +75,8 @@ class RunnerService:
         self.done = asyncio.Event()
         self.lease_seconds = 30
         self._operations: dict[tuple[str, str], Operation] = {}
+        # runs replaced by this runner's own newer claim of their job, until they end
+        self._superseded: set[asyncio.Task[None]] = set()
         self.claimers: list[asyncio.Task[None]] = []
         self._slot_gauges = {lane: metrics.SLOTS_IN_USE.labels(lane) for lane in config.lanes}
 
@@ -211,8 +213,8 @@ class RunnerService:
         leftovers = list(self.executions.values())
         for ex in leftovers:
             ex.request_stop("shutdown")
-        if self.tasks:
-            await asyncio.wait(list(self.tasks.values()))
+        if self.tasks or self._superseded:
+            await asyncio.wait([*self.tasks.values(), *self._superseded])
         for ex in leftovers:
             with contextlib.suppress(FleetqError):
                 await leasing.release(
@@ -277,6 +279,14 @@ class RunnerService:
 
     def _launch(self, claim: Claim, lane: str) -> None:
         ex = Execution(claim=claim, lane=lane)
+        if (older := self.executions.get(claim.job_id)) is not None:
+            # This runner claimed again a job it still runs under an older token (it was
+            # frozen past its lease, e.g. SIGSTOP, and the job came back to the queue):
+            # that run is superseded by our own newer claim. It stops and confirms as any
+            # superseded run; the newer one takes its place here.
+            older.request_stop("superseded")
+            if (task := self.tasks.get(claim.job_id)) is not None:
+                self._superseded.add(task)
         self.executions[claim.job_id] = ex
         self._slot_gauges[lane].inc()
         log.debug("claimed job=%d token=%d lane=%s", claim.job_id, claim.lease_version, lane)
@@ -284,9 +294,11 @@ class RunnerService:
         self.tasks[claim.job_id] = task
         task.add_done_callback(functools.partial(self._finished, claim.job_id, lane))
 
-    def _finished(self, job_id: JobId, lane: str, _task: asyncio.Task[None]) -> None:
-        self.executions.pop(job_id, None)
-        self.tasks.pop(job_id, None)
+    def _finished(self, job_id: JobId, lane: str, task: asyncio.Task[None]) -> None:
+        self._superseded.discard(task)
+        if self.tasks.get(job_id) is task:  # not a newer execution of the same job
+            self.executions.pop(job_id, None)
+            self.tasks.pop(job_id, None)
         self._slot_gauges[lane].dec()
         self.wakes[lane].set()
         if self.state == RunnerState.DRAINING and not self.executions:

@@ -87,3 +87,39 @@ def _cli_json(dsn: str, *args: str) -> Any:
     with contextlib.redirect_stdout(out):
         assert main(["--dsn", dsn, *args, "--json"]) == 0
     return json.loads(out.getvalue())
+
+
+def test_a_runner_that_claims_back_its_own_superseded_job_runs_it_once_more(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    """Frozen past its lease with no other runner about, a runner resumes and claims the
+    requeued job itself while its older run of it is still stopping: the older run is
+    superseded, the newer one is tracked as running (not reported lost as "held but not
+    running" when the older one ends) and its outcome commits."""
+    with connect(fleet_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE fleetq.settings SET value = '2' WHERE name = 'lease_seconds'")
+        conn.execute("UPDATE fleetq.operations SET command = 'sleep 3' WHERE name = 'sleep'")
+        job = _submit(conn, "sleep", repo.head)
+        a = start_runner("node-a")
+        wait_until(lambda: job_state(conn, job) == "running", what="runner a to start the job")
+        a.signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: _expired(conn, job), what="a's lease to expire")
+            assert main(["--dsn", fleet_dsn, "reap"]) == 0
+        finally:
+            a.signal(signal.SIGCONT)
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the job's outcome")
+        kinds = [
+            row[0]
+            for row in conn.execute(
+                "SELECT kind FROM fleetq.events WHERE job_id = $1 ORDER BY id", [job]
+            ).fetchall()
+        ]
+        runs = conn.execute(
+            "SELECT lease_version, stop_reason, exit_code FROM fleetq.executions "
+            "WHERE job_id = $1 ORDER BY lease_version",
+            [job],
+        ).fetchall()
+    assert "lost" not in kinds, kinds
+    assert runs == [(1, "superseded", None), (2, None, 0)], runs
+    assert a.proc.poll() is None, a.output()
