@@ -1,64 +1,100 @@
-"""`fleetq demo`: bring up a working fleet database on this machine with one command.
+"""`fleetq demo`: the whole fleet on one machine, with one command (issue #7).
 
-Until the runner, console and demo issues land, the demo prepares everything they will
-stand on: the embedded server, the schema, the example configuration, and prints where
-it all is. It is safe to run again (each step is idempotent).
+The verb only parses; `fleetq.demo.session` runs the demo.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from fleetq.cli.output import table
-from fleetq.core import config, migrate
-from fleetq.core.db import connect, resolve_dsn, wrap_errors
-from fleetq.core.resources import shipped_dir
+from fleetq.cli.common import Commands
+
+DESCRIPTION = """\
+Show what fleetq is for, in about a minute, on this machine alone:
+
+  1. start (or reuse) the embedded PostgreSQL unless --dsn/FLEETQ_DSN names a server,
+     migrate it and apply the demo configuration: lanes `checks` and `control`, two
+     projects on local git repositories the demo builds (`webapp`, a release gate, and
+     `tools`), with real checks: quick unit tests, a slow integration suite, a browser
+     check, a lint that fails and a staging test that runs into its 2 s timeout;
+  2. start three fleetq-runner processes: node-a (no browser), node-b (browser, little
+     room) and node-c (browser and room);
+  3. submit a stream of jobs from four identities, some repeated with the same
+     idempotency key; a third of the way in, SIGSTOP the runner running a slow check
+     until its lease expires and another runner takes the job over (an overlap window),
+     then SIGCONT it (it stops its superseded run); then cancel a running job;
+  4. open fleetq-console on it (when stdout is a terminal and not --headless); when the
+     console quits or the stream ends headless, let the queue settle, drain and stop
+     the runners, and print the report.
+
+The report gives jobs by outcome, queue wait by project and priority class, prepare vs
+run time, completed jobs per interval, recovery delay, overlap windows with their
+confirmed ends, and stale-lease rejections. Exit status 1 if an accepted job was lost
+or never settled, a fenced-ledger write went behind a newer token, or a runner had to
+be killed; otherwise 0 (a fault that produced no overlap is a warning).
+
+Files: $FLEETQ_HOME/demo/ with the embedded server (kept between runs), else a
+temporary directory. Running it again reuses the database; the report covers that
+run's jobs only. Ctrl-C once ends the stream early, twice stops waiting for the queue.
+"""
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: Commands) -> None:
     """Add `demo`."""
     d = commands.add_parser(
         "demo",
-        help="set up a demo fleet on this machine (embedded PostgreSQL, schema, example config)",
-        description="Start (or reuse) the embedded PostgreSQL unless --dsn/FLEETQ_DSN names a "
-        "server, apply migrations, apply the example fleet configuration and show it.",
+        help="a whole fleet on this machine: runners, a job stream, a fault, a report",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    d.add_argument(
+        "--headless",
+        action="store_true",
+        help="no console: print progress and the report (the default when stdout is not a "
+        "terminal)",
+    )
+    d.add_argument(
+        "--duration",
+        type=_positive,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long the job stream runs (default 60; the fault and the cancel scale "
+        "with it; 20 is about the shortest that tells the whole story)",
+    )
+    d.add_argument(
+        "--lease",
+        type=int,
+        default=3,
+        choices=range(1, 31),
+        metavar="SECONDS",
+        help="lease length for the demo's jobs (default 3, so a frozen runner loses its "
+        "jobs quickly)",
+    )
+    d.add_argument(
+        "--reset",
+        action="store_true",
+        help="start over: drop every fleetq table in the database (jobs, runners, events) "
+        "and the demo's runner directories, then migrate again",
     )
     d.set_defaults(func=_demo)
 
 
+def _positive(value: str) -> float:
+    seconds = float(value)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return seconds
+
+
 def _demo(args: argparse.Namespace) -> int:
-    print("1/3 database: ", end="", flush=True)
-    dsn = resolve_dsn(args.dsn)
-    print(dsn)
-    with wrap_errors():
-        applied = migrate.migrate(dsn)
-    print(f"2/3 schema: {len(applied)} migration(s) applied, up to date")
-    example = shipped_dir("examples") / "fleet.toml"
-    with connect(dsn) as conn:
-        summary = config.apply(conn, config.load(example), source=example)
-        ops = config.operations(conn)
-    print(
-        f"3/3 config: {example.name} applied ("
-        + ", ".join(f"{n} {k}" for k, n in summary.totals.items())
-        + ")\n"
+    from fleetq.demo import session  # the demo's modules load only for this verb
+
+    return session.main(
+        session.Options(
+            dsn=args.dsn,
+            duration_s=args.duration,
+            lease_s=args.lease,
+            headless=args.headless,
+            reset=args.reset,
+        )
     )
-    rows = [
-        [
-            o.project,
-            o.name,
-            o.lane,
-            o.runs,
-            ",".join(o.capabilities),
-            o.memory_mb,
-            f"{o.cpu_millis / 1000:g}",
-        ]
-        for o in ops
-    ]
-    print(table(["project", "operation", "lane", "runs", "needs", "memory MB", "cpus"], rows))
-    print(
-        "\nThe fleet database is ready. Start a runner on this machine with\n"
-        "  uv run fleetq-runner --node laptop --lane checks=2 --lane control=1\n"
-        "and submit work with `uv run fleetq submit`. The console and the live demo arrive "
-        "with their issues;\n`fleetq server status` shows the DSN to connect with psql."
-    )
-    return 0
