@@ -35,7 +35,7 @@ from fleetq.console.views.jobs import JobsView
 from fleetq.console.views.lanes import LanesView
 from fleetq.console.views.overview import OverviewView
 from fleetq.console.views.runners import RunnersView
-from fleetq.core.errors import FleetqError
+from fleetq.core.errors import FleetqError, NotFound
 from fleetq.core.models import JobId, RunnerState
 from fleetq.core.views import JobFilter, Overview
 
@@ -166,7 +166,10 @@ class ConsoleApp(App[None]):
             page = await self.source.page(self.where, at) if self.current == "jobs" else None
             detail = None
             if self.current == "detail" and self.detail_job is not None:
-                detail = await self.source.detail(self.detail_job, at)
+                try:
+                    detail = await self.source.detail(self.detail_job, at)
+                except NotFound:
+                    self.post_message(Acted(f"no job {self.detail_job}", error=True))
             after = None if resync or self.last_event is None else self.last_event
             events = await self.source.events(after, EVENT_BATCH)
             full = resync or after is None or len(events) >= EVENT_BATCH
@@ -304,8 +307,12 @@ class ConsoleApp(App[None]):
 
     def action_command_line(self) -> None:
         def chosen(name: str | None) -> None:
+            words = (name or "").split()
             if name in ("q", "quit"):
                 self.exit()
+            elif words and words[-1].isdigit() and words[0] in ("job", "detail", words[-1]):
+                self.detail_job = JobId(int(words[-1]))
+                self.action_view("detail")
             elif name:
                 self.action_view(name)
 
@@ -456,7 +463,8 @@ class ConsoleApp(App[None]):
     @on(Acted)
     def _acted(self, acted: Acted) -> None:
         self.notify(clean(acted.summary), severity="error" if acted.error else "information")
-        self.post_message(Hint())
+        if not acted.error:
+            self.post_message(Hint())
 
 
 VIEWS_TITLE = {

@@ -129,7 +129,8 @@ class DrainForm(ModalScreen[str | None]):
 
 HELP = """\
 Views        1 overview   2 lanes   3 jobs   4 job detail   5 runners   6 events
-             :name switches too (:overview :lanes :jobs :detail :runners :events :quit)
+             :name switches too (:overview :lanes :jobs :runners :events :quit),
+             :job 42 (or :42) opens a job's detail
 Jobs         / filter (lane: state: project: runner:)   space mark   Enter open detail
 Events       / filter by words
 Actions      C cancel the marked jobs (or the one under the cursor)
@@ -170,7 +171,7 @@ class CommandLine(ModalScreen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", priority=True)]
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder=":overview :lanes :jobs :detail :runners :events :quit")
+        yield Input(placeholder=":overview :lanes :jobs :runners :events :job 42 :quit")
 
     def on_mount(self) -> None:
         self.query_one(Input).value = ":"

@@ -543,3 +543,23 @@ async def test_a_runner_for_an_unknown_lane_is_refused_clearly(driver: Driver) -
         NotAllowed, match=r"unknown lane\(s\) gpu-jobs; registered: checks, control"
     ):
         await fleet.runner(driver, lanes={"checks": 1, "gpu-jobs": 2})
+
+
+async def test_launch_time_is_clamped_between_claim_and_start_report(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """A node's process start time (whole-second boot time underneath) cannot put a
+    launch before the claim that led to it: overlap windows stay on database time."""
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    early = _start(claim).model_copy(
+        update={"process_started_at": claim.lease_expires_at - timedelta(hours=1)}
+    )
+    assert await leasing.report_start(driver, runner=runner, start=early) == WriteStatus.OK
+    row = sync_conn.execute(
+        "SELECT x.launched_at = j.claimed_at, x.process_started_at < j.claimed_at "
+        "FROM fleetq.executions x JOIN fleetq.jobs j ON j.id = x.job_id WHERE x.job_id = $1",
+        [claim.job_id],
+    ).fetchone()
+    assert row == (True, True)  # clamped, and the node's own figure kept as evidence

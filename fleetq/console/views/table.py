@@ -26,7 +26,7 @@ def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
             old = table.get_row(key)
             for column, before, after in zip(columns, old, cells, strict=False):
                 if before != after:
-                    table.update_cell(key, column, after)
+                    table.update_cell(key, column, after, update_width=True)
         return
     cursor_key = _cursor_key(table)
     cursor_row = table.cursor_row
