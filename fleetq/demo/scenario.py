@@ -16,6 +16,7 @@ import random
 import shlex
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,7 +212,9 @@ async def _progress(driver: Driver, plan: Plan, log: RunLog, clock: Clock) -> No
     step = 1
     while await clock.until(step * plan.progress_every_s) and clock.now() < plan.duration_s:
         step += 1
-        counts = {s.state: s.jobs for s in await report.states(driver, sorted(log.jobs))}
+        counts: Counter[str] = Counter()
+        for s in await report.states(driver, sorted(log.jobs)):
+            counts[s.state] += s.jobs  # failed comes in one row per reason
         done = {k: v for k, v in counts.items() if k not in ("queued", "claimed", "running")}
         clock.say(
             f"submitted {log.submits} ({log.repeats} repeats) · queued {counts.get('queued', 0)}"
