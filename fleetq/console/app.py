@@ -195,17 +195,17 @@ class ConsoleApp(App[None]):
         overview = loaded.overview
         assert overview is not None
         self._db_now = (overview.now, time.monotonic())
+        events = self.query_one(EventsView)
+        if loaded.resync:
+            events.reset(loaded.events, draw=self.current == "events")
+        else:
+            events.extend(loaded.events, draw=self.current == "events")
         self.overview = overview
         self._show_overview()
         if loaded.page is not None and self.current == "jobs":
             self.query_one(JobsView).show(loaded.page, overview.now)
         if loaded.detail is not None and self.current == "detail":
             self.query_one(DetailView).show(loaded.detail, overview.now)
-        events = self.query_one(EventsView)
-        if loaded.resync:
-            events.reset(loaded.events, draw=self.current == "events")
-        else:
-            events.extend(loaded.events, draw=self.current == "events")
         if loaded.events:
             self.last_event = loaded.events[-1].id
         if loaded.resync and (self.stale_since is not None or not self.ready):
@@ -223,7 +223,8 @@ class ConsoleApp(App[None]):
             return
         now = self.overview.now
         if self.current == "overview":
-            self.query_one(OverviewView).show(self.overview, now)
+            recent = list(self.query_one(EventsView).tail)[-40:][::-1]
+            self.query_one(OverviewView).show(self.overview, now, recent)
         elif self.current == "lanes":
             self.query_one(LanesView).show(self.overview, now)
         elif self.current == "runners":

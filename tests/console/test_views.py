@@ -91,7 +91,7 @@ async def test_detail_shows_eligibility_timeline_and_overlap(
         assert "overlap t1∥t2: 9.0s, end confirmed, t1 superseded" in timeline
         assert "superseded (stop confirmed)" in timeline
         summary = _text(app, "#detail-summary")
-        assert summary.startswith("1/4 runners eligible")
+        assert summary.startswith("were it queued now: 1/4 runners eligible")
         eligibility: DataTable[object] = app.query_one("#detail-eligibility", DataTable)
         verdicts = {str(row.value): str(eligibility.get_row(row)[2]) for row in eligibility.rows}
         assert verdicts == {

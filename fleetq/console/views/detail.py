@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 from fleetq.console import timeline
 from fleetq.console.text import age, duration, one_line, plain, state
 from fleetq.console.views.table import Cell, sync
-from fleetq.core.models import Event
+from fleetq.core.models import Event, JobState
 from fleetq.core.views import JobDetail
 
 
@@ -113,9 +113,10 @@ class DetailView(VerticalScroll):
             head.append(plain(one_line(job.failure_reason, 200)))
         self.query_one("#detail-head", Static).update(head)
         explanation = detail.explanation
-        self.query_one("#detail-summary", Static).update(
-            plain(explanation.summary(), "green" if explanation.eligible else "bold red")
-        )
+        summary = plain(explanation.summary(), "green" if explanation.eligible else "bold red")
+        if job.state != JobState.QUEUED:
+            summary = Text.assemble(("were it queued now: ", "dim"), summary)
+        self.query_one("#detail-summary", Static).update(summary)
         sync(
             self.query_one("#detail-eligibility", DataTable),
             [

@@ -10,8 +10,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
 
-from fleetq.console.text import age, bar, duration, plain, sparkline, state
+from fleetq.console.text import STATE_STYLES, age, bar, duration, plain, sparkline, state
 from fleetq.console.views.table import Cell, sync
+from fleetq.core.models import Event
 from fleetq.core.views import THROUGHPUT_BUCKET_S, Overview
 
 LANE_COLUMNS = ("lane", "queued", "claimed", "running", "slots in use", "oldest wait")
@@ -56,6 +57,8 @@ class OverviewView(Vertical):
     OverviewView #alerts { padding: 0 1; margin-bottom: 1; border: round $warning; height: auto; }
     OverviewView #overview-lanes { height: auto; max-height: 12; }
     OverviewView #figures { height: auto; }
+    OverviewView #below { height: 1fr; }
+    OverviewView #below DataTable { width: 1fr; height: 1fr; border: round $primary-darken-2; }
     OverviewView .panel { width: 1fr; padding: 0 1; border: round $primary-darken-2; height: auto; }
     """
 
@@ -70,6 +73,13 @@ class OverviewView(Vertical):
             yield Static(id="waits", classes="panel")
             yield Static(id="throughput", classes="panel")
             yield Static(id="fleet", classes="panel")
+        with Horizontal(id="below"):
+            runners: DataTable[Cell] = DataTable(id="overview-runners", cursor_type="none")
+            runners.border_title = "runners"
+            yield runners
+            recent: DataTable[Cell] = DataTable(id="overview-events", cursor_type="none")
+            recent.border_title = "latest events"
+            yield recent
 
     def on_mount(self) -> None:
         table: DataTable[Cell] = self.query_one("#overview-lanes", DataTable)
@@ -77,10 +87,16 @@ class OverviewView(Vertical):
             table.add_column(name, key=name)
         self.query_one("#waits", Static).border_title = "queue wait, last 15 min"
         self.query_one("#throughput", Static).border_title = "finished per minute, last 30 min"
-        self.query_one("#fleet", Static).border_title = "runners"
+        self.query_one("#fleet", Static).border_title = "runners by state"
+        runners: DataTable[Cell] = self.query_one("#overview-runners", DataTable)
+        for name in ("runner", "state", "heartbeat", "jobs", "lanes (used/slots)"):
+            runners.add_column(name, key=name)
+        recent: DataTable[Cell] = self.query_one("#overview-events", DataTable)
+        for name in ("at", "kind", "job", "token", "runner"):
+            recent.add_column(name, key=name)
 
-    def show(self, overview: Overview, now: datetime) -> None:
-        """Put a fresh overview on screen."""
+    def show(self, overview: Overview, now: datetime, recent: list[Event]) -> None:
+        """Put a fresh overview (and the newest events, newest first) on screen."""
         self.query_one("#alerts", Static).update(alert_strip(overview, now))
         table: DataTable[Cell] = self.query_one("#overview-lanes", DataTable)
         sync(
@@ -123,3 +139,40 @@ class OverviewView(Vertical):
         if not overview.runners:
             fleet.append("no runner registered yet", style="dim")
         self.query_one("#fleet", Static).update(fleet)
+        sync(
+            self.query_one("#overview-runners", DataTable),
+            [
+                (
+                    r.id,
+                    [
+                        plain(r.id, "bold"),
+                        state("offline" if r.offline else r.state.value),
+                        age(r.last_heartbeat_at, now),
+                        str(r.live_jobs),
+                        plain(
+                            ", ".join(
+                                f"{lane} {used}/{slots}"
+                                for lane, (slots, used) in sorted(r.lanes.items())
+                            )
+                        ),
+                    ],
+                )
+                for r in overview.runners
+            ],
+        )
+        sync(
+            self.query_one("#overview-events", DataTable),
+            [
+                (
+                    str(e.id),
+                    [
+                        e.at.strftime("%H:%M:%S.%f")[:-3],
+                        state(e.kind) if e.kind in STATE_STYLES else plain(e.kind),
+                        str(e.job_id or ""),
+                        str(e.lease_version or ""),
+                        plain(e.runner_id or e.actor or ""),
+                    ],
+                )
+                for e in recent
+            ],
+        )
