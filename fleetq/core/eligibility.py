@@ -76,9 +76,7 @@ class RunnerVerdict(BaseModel):
             case "slots":
                 return f"no capacity now: {self.slots_used}/{self.slots} {self.lane} slots in use"
             case "memory" if self.needs_memory_mb > self.total_memory_mb:
-                return (
-                    f"too small: needs {self.needs_memory_mb} MB, has {self.total_memory_mb} MB"
-                )
+                return f"too small: needs {self.needs_memory_mb} MB, has {self.total_memory_mb} MB"
             case "cpu" if self.needs_cpu_millis > self.total_cpu_millis:
                 return (
                     f"too small: needs {_cpus(self.needs_cpu_millis)} CPUs, "

@@ -7,6 +7,7 @@ import uuid
 from fleetq.core import stats
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
+from fleetq.core.models import JobId
 from tests import factories
 
 
@@ -56,6 +57,6 @@ async def test_overlap_windows(driver: Driver, sync_conn: SyncConnection) -> Non
     assert window.seconds(window.ended_at) == 10.0
     assert found[still_open].open and not found[still_open].end_confirmed
     assert [o.job_id for o in await stats.overlaps(driver, open_only=True)] == [still_open]
-    assert [o.job_id for o in await stats.overlaps(driver, job_id=closed)] == [closed]
+    assert [o.job_id for o in await stats.overlaps(driver, job_id=JobId(closed))] == [closed]
     figures = await stats.stats(driver)
     assert (figures.duplicate_execution_incidents, figures.open_overlaps) == (2, 1)
