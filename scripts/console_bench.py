@@ -31,7 +31,7 @@ from fleetq.core.db import connect, resolve_dsn, with_database  # noqa: E402
 from fleetq.core.models import JobId  # noqa: E402
 from fleetq.core.views import JobFilter  # noqa: E402
 from tests import factories  # noqa: E402
-from tests.console.conftest import SIZE, show, until  # noqa: E402
+from tests.console.conftest import SIZE, settled, show, until  # noqa: E402
 
 FILL = """
 INSERT INTO fleetq.jobs (project, operation, commit_sha, lane, capabilities, memory_mb,
@@ -127,7 +127,7 @@ async def app(dsn: str) -> None:
             start = time.perf_counter()
             with connect(dsn, autocommit=True) as conn:
                 conn.execute("SELECT pg_notify('fleetq_events', '')")
-            await until(pilot, lambda b=before: console.loads > b and not console.busy)
+            await settled(pilot, before)
             refreshes.append((time.perf_counter() - start) * 1000)
         print(
             f"  {'NOTIFY to refreshed jobs view':40} median {statistics.median(refreshes):7.1f} ms"
