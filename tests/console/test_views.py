@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual.command import CommandList
 from textual.widgets import DataTable, Static
 
 from fleetq.console.views.jobs import JobsView
 from tests.console import scenario
-from tests.console.conftest import SIZE, console, show
+from tests.console.conftest import SIZE, console, show, until
 
 
 def _text(app: object, selector: str) -> str:
@@ -182,3 +183,30 @@ async def test_views_switch_by_name_and_help_opens(fleet: tuple[str, dict[str, i
 
 def test_scenario_clock_is_pinned() -> None:
     assert scenario.at(0) == scenario.CLOCK
+
+
+async def test_command_palette_switches_views(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"View: events")
+        await until(pilot, lambda: app.screen.query_one(CommandList).option_count > 0)
+        await pilot.press("enter")
+        await until(pilot, lambda: app.current == "events")
+
+
+async def test_colon_job_opens_a_detail_and_an_unknown_job_is_a_message(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "colon", *f"job {ids['overlap']}", "enter")
+        assert (app.current, app.detail_job) == ("detail", ids["overlap"])
+        assert "job 2" in _text(app, "#detail-head")
+        await show(pilot, "colon", *"999", "enter")
+        assert app.stale_since is None  # a missing job is not an outage
+        assert "job 2" in _text(app, "#detail-head")
