@@ -174,6 +174,12 @@ class EmbeddedServer:
         self.home.mkdir(parents=True, exist_ok=True, mode=0o755 if self._as_root else 0o700)
         if self._as_root:
             _check_traversable(self.home)
+            mode = self.home.stat().st_mode
+            if mode & (stat.S_IXGRP | stat.S_IXOTH) != stat.S_IXGRP | stat.S_IXOTH:
+                # A home made elsewhere (e.g. `mktemp -d`, mode 700): the server user must
+                # be able to enter it (its programs keep root's group, hence g+x too); what
+                # is inside stays private to that user.
+                self.home.chmod(stat.S_IMODE(mode) | stat.S_IXGRP | stat.S_IXOTH)
 
     def _live_postmaster(self) -> tuple[int, int, Path, str] | None:
         """(pid, port, socket dir, listen address) of a running, reachable server."""

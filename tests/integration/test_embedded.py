@@ -114,3 +114,12 @@ def _free_port() -> int:
 def test_listen_must_be_host_and_port(value: str) -> None:
     with pytest.raises(EmbeddedServerError, match="HOST:PORT"):
         parse_listen(value)
+
+
+def test_a_private_home_works(home: Path) -> None:
+    """A home made elsewhere with mode 700 (`mktemp -d`): as root, the server user must
+    still be able to enter it (it failed in initdb before); as a user, nothing changes."""
+    home.chmod(0o700)
+    code, _out, err = _run(home, "server", "start")
+    assert code == 0, err
+    assert EmbeddedServer(home).status().running
