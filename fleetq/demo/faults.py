@@ -159,7 +159,8 @@ async def _await_stops(
             for s in stops:
                 clock.say(
                     f"{reason} stop confirmed: job {s.job_id} token {s.lease_version} on "
-                    f"{s.runner_id} (signal {s.signal})"
+                    f"{s.runner_id} "
+                    + (f"(signal {s.signal})" if s.signal else "(it had already exited)")
                 )
             return True
         if not await clock.sleep(0.2):
