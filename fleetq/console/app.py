@@ -70,6 +70,7 @@ class ConsoleApp(App[None]):
         Binding("r", "reload", "Reload", show=False),
         Binding("ctrl+s", "save_svg", "Screenshot", show=False),
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
 
     def __init__(
