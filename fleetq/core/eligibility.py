@@ -8,13 +8,15 @@ eligible" can never disagree with what a claim would do (a property test checks 
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from fleetq.core import queries
 from fleetq.core.driver import Driver
-from fleetq.core.models import JobId
+from fleetq.core.models import Job, JobId
 
 CAPACITY_REASONS = frozenset({"slots", "memory", "cpu"})
 
@@ -126,8 +128,34 @@ class Explanation(BaseModel):
 
 async def explain(driver: Driver, job_id: JobId) -> Explanation:
     """Evaluate the claim's eligibility rule for `job_id` against every runner."""
-    rows = await driver.fetch(queries.sql("eligibility_explain"), job_id)
+    rows = await driver.fetch(queries.sql("eligibility_explain"), [job_id])
     return Explanation(job_id=job_id, runners=[RunnerVerdict.model_validate(r) for r in rows])
+
+
+async def explain_many(driver: Driver, jobs: list[Job]) -> dict[JobId, Explanation]:
+    """`explain` for many jobs in one statement: the rule is evaluated once per distinct
+    shape of requirements among them, and each job gets its shape's verdicts."""
+    if not jobs:
+        return {}
+    rows = await driver.fetch(queries.sql("eligibility_explain"), [j.id for j in jobs])
+    by_shape: dict[tuple[object, ...], list[RunnerVerdict]] = defaultdict(list)
+    for row in rows:
+        by_shape[_shape(row)].append(RunnerVerdict.model_validate(row))
+    return {
+        j.id: Explanation(job_id=j.id, runners=by_shape.get(_shape(j.model_dump()), []))
+        for j in jobs
+    }
+
+
+def _shape(row: Mapping[str, Any]) -> tuple[object, ...]:
+    """What the rule reads of a job."""
+    return (
+        row["lane"],
+        tuple(row["capabilities"]),
+        row["requested_node"],
+        row["memory_mb"],
+        row["cpu_millis"],
+    )
 
 
 def _cpus(millis: int) -> str:

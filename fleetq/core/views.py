@@ -7,9 +7,7 @@ console computes ages and countdowns from database time, and a test can pin that
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
@@ -184,43 +182,8 @@ async def job_page(
     jobs = [Job.model_validate(r) for r in rows]
     total = int(rows[0]["total"]) if rows else 0
     queued = [j for j in jobs if j.state == JobState.QUEUED]
-    return JobPage(now=at, jobs=jobs, total=total, waiting=await _waiting(driver, queued))
-
-
-async def _waiting(driver: Driver, queued: list[Job]) -> dict[JobId, eligibility.Explanation]:
-    if not queued:
-        return {}
-    rows = await driver.fetch(queries.sql("views_waiting"), [j.id for j in queued])
-    by_shape: dict[tuple[Any, ...], list[eligibility.RunnerVerdict]] = defaultdict(list)
-    for row in rows:
-        by_shape[_shape(row)].append(eligibility.RunnerVerdict.model_validate(row))
-    return {
-        j.id: eligibility.Explanation(
-            job_id=j.id,
-            runners=by_shape.get(
-                _shape(
-                    {
-                        "lane": j.lane,
-                        "capabilities": j.capabilities,
-                        "requested_node": j.requested_node,
-                        "memory_mb": j.memory_mb,
-                        "cpu_millis": j.cpu_millis,
-                    }
-                ),
-                [],
-            ),
-        )
-        for j in queued
-    }
-
-
-def _shape(row: Any) -> tuple[Any, ...]:
-    return (
-        row["lane"],
-        tuple(row["capabilities"]),
-        row["requested_node"],
-        row["memory_mb"],
-        row["cpu_millis"],
+    return JobPage(
+        now=at, jobs=jobs, total=total, waiting=await eligibility.explain_many(driver, queued)
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleetq.core import eligibility, leasing
+from fleetq.core import eligibility, leasing, producer, readers
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import AsyncpgDriver, Driver
 from fleetq.core.models import JobId, RunnerId
@@ -207,8 +207,6 @@ async def test_summary_line_names_reasons_with_counts(
     await fleet.runner(driver, "idle", capabilities=("browser",), node="node-b")
     draining = await fleet.runner(driver, "drain", capabilities=("browser",))
     sync_conn.execute("UPDATE fleetq.runners SET state = 'draining' WHERE id = $1", [draining])
-    from fleetq.core import producer
-
     job = await producer.submit(
         driver, project="webapp", operation="browser", commit=SHA, submitted_by="alice"
     )
@@ -222,3 +220,25 @@ async def test_summary_line_names_reasons_with_counts(
     assert reasons[small] == "too small: needs 4096 MB, has 2048 MB"
     assert reasons["node-a/plain0"] == "missing capability browser"
     assert explained.eligible == ["node-b/idle"]
+
+
+async def test_explaining_many_jobs_at_once_agrees_with_one_by_one(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    fleet.operations(sync_conn)
+    await fleet.runner(driver, "small", memory_mb=2048, capabilities=("browser",))
+    await fleet.runner(driver, "big", node="node-b")
+    ids = [
+        (await producer.submit(driver, project=p, operation=o, commit=SHA, submitted_by="a")).job_id
+        for p, o in [
+            ("webapp", "unit"),
+            ("webapp", "browser"),
+            ("tools", "lint"),
+            ("webapp", "unit"),
+        ]
+    ]
+    jobs = [await readers.job(driver, j) for j in ids]
+    many = await eligibility.explain_many(driver, jobs)
+    assert set(many) == set(ids)
+    for job_id in ids:
+        assert many[job_id] == await eligibility.explain(driver, job_id)
