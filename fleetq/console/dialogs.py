@@ -137,7 +137,7 @@ Actions      C cancel the marked jobs (or the one under the cursor)
              d drain   p pause   u resume the runner under the cursor (view 5)
              every action asks first: y/Enter yes, n/Esc no; hidden with --readonly
 Anywhere     r reload now   Ctrl-s save an SVG screenshot   Ctrl-p palette   ? or F1 help
-             q quit
+             q or Ctrl-c quit
 
 Live: the console LISTENs to the database; a lost connection shows "stale since" in the
 title bar and disables actions until it has reconnected and read everything again.

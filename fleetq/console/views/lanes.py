@@ -10,7 +10,7 @@ from textual.widgets import DataTable
 
 from fleetq.console.text import age, bar, plain
 from fleetq.console.views.table import Cell, sync
-from fleetq.core.views import Overview
+from fleetq.core.views import LaneRow, Overview
 
 COLUMNS = (
     "lane",
@@ -38,24 +38,26 @@ class LanesView(Vertical):
 
     def show(self, overview: Overview, now: datetime) -> None:
         """Put the lanes on screen."""
-        table: DataTable[Cell] = self.query_one("#lanes-table", DataTable)
-        sync(
-            table,
-            [
-                (
-                    lane.lane,
-                    [
-                        plain(lane.lane, "bold"),
-                        str(lane.queued),
-                        str(lane.claimed),
-                        str(lane.running),
-                        str(lane.stop_pending),
-                        bar(lane.running + lane.claimed, lane.slots),
-                        str(lane.runners),
-                        str(lane.eligible_runners),
-                        age(lane.oldest_queued_at, now),
-                    ],
-                )
-                for lane in overview.lanes
-            ],
-        )
+        show_lanes(self.query_one("#lanes-table", DataTable), overview.lanes, now, COLUMNS)
+
+
+def show_lanes(
+    table: DataTable[Cell], lanes: list[LaneRow], now: datetime, columns: tuple[str, ...]
+) -> None:
+    """Lanes as rows of `table`, in the named `columns` (the overview shows a few)."""
+
+    def cells(lane: LaneRow) -> list[Cell]:
+        every: dict[str, Cell] = {
+            "lane": plain(lane.lane, "bold"),
+            "queued": str(lane.queued),
+            "claimed": str(lane.claimed),
+            "running": str(lane.running),
+            "stop pending": str(lane.stop_pending),
+            "running/slots": bar(lane.running + lane.claimed, lane.slots),
+            "runners": str(lane.runners),
+            "eligible runners": str(lane.eligible_runners),
+            "oldest wait": age(lane.oldest_queued_at, now),
+        }
+        return [every[name] for name in columns]
+
+    sync(table, [(lane.lane, cells(lane)) for lane in lanes])

@@ -10,12 +10,13 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
 
-from fleetq.console.text import STATE_STYLES, age, bar, duration, plain, sparkline, state
+from fleetq.console.text import STATE_STYLES, age, duration, plain, sparkline, state
+from fleetq.console.views.lanes import show_lanes
 from fleetq.console.views.table import Cell, sync
 from fleetq.core.models import Event
 from fleetq.core.views import THROUGHPUT_BUCKET_S, Overview
 
-LANE_COLUMNS = ("lane", "queued", "claimed", "running", "slots in use", "oldest wait")
+LANE_COLUMNS = ("lane", "queued", "claimed", "running", "running/slots", "oldest wait")
 
 
 def alert_strip(overview: Overview, now: datetime) -> Text:
@@ -98,24 +99,7 @@ class OverviewView(Vertical):
     def show(self, overview: Overview, now: datetime, recent: list[Event]) -> None:
         """Put a fresh overview (and the newest events, newest first) on screen."""
         self.query_one("#alerts", Static).update(alert_strip(overview, now))
-        table: DataTable[Cell] = self.query_one("#overview-lanes", DataTable)
-        sync(
-            table,
-            [
-                (
-                    lane.lane,
-                    [
-                        plain(lane.lane, "bold"),
-                        str(lane.queued),
-                        str(lane.claimed),
-                        str(lane.running),
-                        bar(lane.running + lane.claimed, lane.slots),
-                        age(lane.oldest_queued_at, now),
-                    ],
-                )
-                for lane in overview.lanes
-            ],
-        )
+        show_lanes(self.query_one("#overview-lanes", DataTable), overview.lanes, now, LANE_COLUMNS)
         waits = Text()
         for w in overview.waits:
             waits.append(f"class {w.priority_class}  ", style="bold")
