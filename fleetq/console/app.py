@@ -205,8 +205,9 @@ class ConsoleApp(App[None]):
         self._show_overview()
         if loaded.page is not None and self.current == "jobs":
             self.query_one(JobsView).show(loaded.page, overview.now)
-        if loaded.detail is not None and self.current == "detail":
-            self.query_one(DetailView).show(loaded.detail, overview.now)
+        detail = loaded.detail
+        if detail is not None and self.current == "detail" and detail.job.id == self.detail_job:
+            self.query_one(DetailView).show(detail, overview.now)
         if loaded.events:
             self.last_event = loaded.events[-1].id
         if loaded.resync and (self.stale_since is not None or not self.ready):

@@ -75,3 +75,17 @@ async def test_actions_are_off_while_stale(fleet: tuple[str, dict[str, int]]) ->
         await pilot.press("C")
         await pilot.pause()
         assert type(app.screen).__name__ != "Confirm"
+
+
+async def test_a_database_that_does_not_answer_shows_stale_and_no_action(
+    empty_dsn: str,
+) -> None:
+    """Started on a database without the schema: the console stays up, says why, and
+    keeps trying (it would resync once `fleetq migrate` has run)."""
+    app = console(empty_dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.stale_since is not None)
+        assert "STALE since" in app.sub_title and not app.ready
+        await pilot.press("3")
+        assert app.check_action("cancel_jobs", ()) is None  # shown, but off
+        assert app.outages == 1  # retries do not count as new outages
