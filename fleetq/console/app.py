@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import logging
 import os
 import time
 from collections.abc import Iterable
@@ -26,7 +27,7 @@ from textual.widgets import ContentSwitcher, Footer, Header
 
 from fleetq.console.dialogs import CommandLine, Confirm, DrainForm, Help
 from fleetq.console.live import Follower
-from fleetq.console.messages import Acted, DrainPreview, Health, Hint, Loaded
+from fleetq.console.messages import Acted, DrainPreview, Health, Hint, Loaded, Missing
 from fleetq.console.source import Source
 from fleetq.console.text import clean
 from fleetq.console.views.detail import DetailView
@@ -42,6 +43,8 @@ from fleetq.core.views import JobFilter, Overview
 VIEWS = ("overview", "lanes", "jobs", "detail", "runners", "events")
 ACTIONS = frozenset({"cancel_jobs", "runner_state"})
 EVENT_BATCH = 1000
+EVENT_LOOKBACK = 200  # ids re-read behind the newest seen (late commits)
+log = logging.getLogger(__name__)
 RUNNER_EFFECTS = {
     RunnerState.PAUSED: "it claims nothing new until resumed; what it runs now continues",
     RunnerState.ACTIVE: "it claims work again",
@@ -103,6 +106,7 @@ class ConsoleApp(App[None]):
         self._db_now: tuple[datetime, float] | None = None
         self.overview: Overview | None = None
         self.outages = 0  # times the console went stale
+        self._epoch = 0  # bumped by each reported outage
         self.follower = Follower(dsn, self.post_message, resync_s=resync_s)
         if title:
             self.title = title
@@ -160,7 +164,11 @@ class ConsoleApp(App[None]):
 
     @work(group="load", exit_on_error=False)
     async def _load(self, resync: bool) -> None:
-        """Read what the visible views show; post it (never touch widgets here)."""
+        """Read what the visible views show; post it (never touch widgets here).
+
+        Every path ends in exactly one `Loaded` (a failed one on any error), so a load can
+        never stay "in flight" and block the ones after it."""
+        epoch = self._epoch
         try:
             at = await self.source.now()
             overview = await self.source.overview(at)
@@ -170,16 +178,25 @@ class ConsoleApp(App[None]):
                 try:
                     detail = await self.source.detail(self.detail_job, at)
                 except NotFound:
-                    self.post_message(Acted(f"no job {self.detail_job}", error=True))
+                    self.post_message(Missing(self.detail_job))
+            # Event ids are taken at insert, not at commit: re-read a window behind the
+            # newest id seen, so an event whose transaction committed late still shows.
             after = None if resync or self.last_event is None else self.last_event
-            events = await self.source.events(after, EVENT_BATCH)
-            full = resync or after is None or len(events) >= EVENT_BATCH
+            events = await self.source.events(
+                None if after is None else max(0, after - EVENT_LOOKBACK),
+                EVENT_BATCH + EVENT_LOOKBACK,
+            )
+            full = after is None or len(events) >= EVENT_BATCH + EVENT_LOOKBACK
             if full and after is not None:
                 events = await self.source.events(None, EVENT_BATCH)
-            self.post_message(Loaded(overview, page, detail, events, resync=full))
-        except FleetqError as exc:
-            self.post_message(Health(datetime.now().astimezone(), why=str(exc)))
-            self.post_message(Loaded.failed())
+        except Exception as exc:  # any failure must end the load
+            why = str(exc) if isinstance(exc, FleetqError) else f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, FleetqError):
+                log.exception("console load failed")
+            self.post_message(Health(datetime.now().astimezone(), why=why))
+            self.post_message(Loaded.failed(epoch))
+            return
+        self.post_message(Loaded(overview, page, detail, events, resync=full, epoch=epoch))
 
     @property
     def busy(self) -> bool:
@@ -209,8 +226,12 @@ class ConsoleApp(App[None]):
         if detail is not None and self.current == "detail" and detail.job.id == self.detail_job:
             self.query_one(DetailView).show(detail, overview.now)
         if loaded.events:
-            self.last_event = loaded.events[-1].id
-        if loaded.resync and (self.stale_since is not None or not self.ready):
+            self.last_event = max(self.last_event or 0, loaded.events[-1].id)
+        # Live again only on a read that began after the last outage was reported, and
+        # while the database is being followed (else a read already in flight when the
+        # LISTEN link dropped would switch actions back on).
+        following = not self.live or self.follower.connected.is_set()
+        if loaded.epoch == self._epoch and following and (self.stale_since or not self.ready):
             self.stale_since = None
             self.ready = True
             self._status()
@@ -233,33 +254,46 @@ class ConsoleApp(App[None]):
             self.query_one(RunnersView).show(self.overview.runners, now)
 
     def _retry(self) -> None:
-        """After a failed load: the follower's reconnect will resync; if not live, retry."""
+        """After a failed load: run what was due, else try again in a second (a load can
+        fail while the LISTEN link is fine, e.g. a query timeout)."""
         if self._again is not None:
             again, self._again = self._again, None
             self._hint(again)
-        elif not self.live:
+        else:
             self.set_timer(1.0, lambda: self.post_message(Hint(resync=True)))
 
     @on(Health)
     def _health(self, health: Health) -> None:
-        if health.stale_since is not None and self.stale_since is None:
+        if health.stale_since is None:
+            return
+        self._epoch += 1  # reads begun before this cannot clear it
+        if self.stale_since is None:
             self.stale_since = health.stale_since
             self.outages += 1
-            self.notify(clean(health.why) or "connection lost", title="stale", severity="warning")
-        elif health.stale_since is None:
-            self.stale_since = None
+            self.notify(
+                clean(health.why) or "connection lost",
+                title="stale",
+                severity="warning",
+                markup=False,
+            )
         self._status()
 
+    @on(Missing)
+    def _missing(self, missing: Missing) -> None:
+        if self.detail_job == missing.job_id:
+            self.detail_job = None
+            self.query_one(DetailView).clear(f"no job {missing.job_id}")
+            self.notify(f"no job {missing.job_id}", severity="error", markup=False)
+
     def _status(self) -> None:
+        self.screen_stack[0].set_class(self.stale_since is not None, "stale")
         if self.stale_since is not None:
             self.sub_title = f"STALE since {self.stale_since:%H:%M:%S}: reconnecting, actions off"
-            self.screen.add_class("stale")
         else:
             mode = "read-only" if self.readonly else f"acting as {self.actor}"
             self.sub_title = (
                 f"{'live' if self.ready else 'connecting'} · {VIEWS_TITLE[self.current]} · {mode}"
             )
-            self.screen.remove_class("stale")
         self.refresh_bindings()
 
     def _tick(self) -> None:
@@ -278,7 +312,9 @@ class ConsoleApp(App[None]):
     def action_view(self, name: str) -> None:
         """Switch to a view (and read it now)."""
         if name not in VIEWS:
-            self.notify(f"no view named {clean(name)!r}: {', '.join(VIEWS)}", severity="error")
+            self.notify(
+                f"no view named {clean(name)!r}: {', '.join(VIEWS)}", severity="error", markup=False
+            )
             return
         self.current = name
         self.query_one(ContentSwitcher).current = name
@@ -329,7 +365,7 @@ class ConsoleApp(App[None]):
         folder = os.environ.get("FLEETQ_SCREENSHOTS", ".")
         name = f"fleetq-console-{self.current}-{datetime.now():%Y%m%d-%H%M%S}.svg"
         path = self.save_screenshot(filename=name, path=folder)
-        self.notify(f"saved {path}", title="screenshot")
+        self.notify(f"saved {path}", title="screenshot", markup=False)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -396,7 +432,7 @@ class ConsoleApp(App[None]):
         )
 
         def answered(yes: bool | None) -> None:
-            if yes:
+            if yes and self._acting_allowed("cancel_jobs"):  # it may have gone stale since
                 self._cancel(targets)
 
         self.push_screen(Confirm(f"Cancel {len(targets)} {noun}?", body), answered)
@@ -432,7 +468,7 @@ class ConsoleApp(App[None]):
         body.append(f": {RUNNER_EFFECTS[target]}.")
 
         def answered(yes: bool | None) -> None:
-            if yes:
+            if yes and self._acting_allowed("runner_state"):
                 self._set_runner_state(runner, target, f"{verb.lower()}d in console")
 
         self.push_screen(Confirm(f"{verb} {clean(runner)}?", body), answered)
@@ -449,7 +485,7 @@ class ConsoleApp(App[None]):
     @on(DrainPreview)
     def _drain_form(self, message: DrainPreview) -> None:
         def answered(reason: str | None) -> None:
-            if reason is not None:
+            if reason is not None and self._acting_allowed("runner_state"):
                 self._set_runner_state(message.runner, RunnerState.DRAINING, reason)
 
         self.push_screen(DrainForm(message.runner, message.preview), answered)
@@ -465,7 +501,9 @@ class ConsoleApp(App[None]):
 
     @on(Acted)
     def _acted(self, acted: Acted) -> None:
-        self.notify(clean(acted.summary), severity="error" if acted.error else "information")
+        self.notify(
+            clean(acted.summary), severity="error" if acted.error else "information", markup=False
+        )
         if not acted.error:
             self.post_message(Hint())
 

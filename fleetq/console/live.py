@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -56,6 +57,8 @@ class Follower:
             except (FleetqError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.info("listen connection lost: %s", exc)
                 self.post(Health(datetime.now().astimezone(), why=str(exc) or type(exc).__name__))
+            if self.connected.is_set():
+                delay = self.backoff_s[0]  # it had worked: the next outage starts afresh
             self.connected.clear()
             await asyncio.sleep(delay)  # backoff before reconnecting, not synchronisation
             delay = min(delay * 2, self.backoff_s[1])
@@ -69,32 +72,39 @@ class Follower:
                 timeout=10,
                 server_settings={"application_name": APPLICATION_NAME},
             )
+        waits: set[asyncio.Task[bool]] = set()
         try:
             conn.add_termination_listener(lambda _c: lost.set())
             for channel in CHANNELS:
                 await conn.add_listener(channel, lambda *_args: woken.set())
             self.connected.set()
             self.post(Hint(resync=True))  # listening first, then the snapshot
+            # The safety-net resync runs on its own clock: a steady stream of
+            # notifications must not postpone it forever.
+            resync_at = time.monotonic() + self.resync_s
             while True:
-                waiter = asyncio.create_task(woken.wait())
-                loser = asyncio.create_task(lost.wait())
+                waits = {asyncio.create_task(woken.wait()), asyncio.create_task(lost.wait())}
                 await asyncio.wait(
-                    {waiter, loser},
-                    timeout=self.resync_s,
+                    waits,
+                    timeout=max(0.0, resync_at - time.monotonic()),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
-                waiter.cancel()
-                loser.cancel()
+                for task in waits:
+                    task.cancel()
                 if lost.is_set() or conn.is_closed():
                     raise FleetqError("the LISTEN connection was closed")
-                if woken.is_set():
+                if time.monotonic() >= resync_at:
+                    with mapped_errors():
+                        await conn.fetchval("SELECT 1", timeout=5)  # a silent link may be dead
+                    woken.clear()
+                    self.post(Hint(resync=True))
+                    resync_at = time.monotonic() + self.resync_s
+                elif woken.is_set():
                     await asyncio.sleep(self.coalesce_s)  # gather a burst into one read
                     woken.clear()
                     self.post(Hint())
-                    continue
-                with mapped_errors():
-                    await conn.fetchval("SELECT 1", timeout=5)  # a silent link may be dead
-                self.post(Hint(resync=True))
         finally:
+            for task in waits:
+                task.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 2)

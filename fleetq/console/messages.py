@@ -7,7 +7,7 @@ from datetime import datetime
 
 from textual.message import Message
 
-from fleetq.core.models import Event
+from fleetq.core.models import Event, JobId
 from fleetq.core.views import JobDetail, JobPage, Overview
 
 
@@ -34,8 +34,10 @@ class Loaded(Message):
         events: list[Event],
         *,
         resync: bool,
+        epoch: int,
     ) -> None:
         super().__init__()
+        self.epoch = epoch  # the outage count when the read began
         self.overview = overview
         self.page = page
         self.detail = detail
@@ -48,9 +50,17 @@ class Loaded(Message):
         return self.overview is not None
 
     @classmethod
-    def failed(cls) -> Loaded:
+    def failed(cls, epoch: int) -> Loaded:
         """A read that failed: the load is over, nothing to show."""
-        return cls(None, None, None, [], resync=False)
+        return cls(None, None, None, [], resync=False, epoch=epoch)
+
+
+class Missing(Message):
+    """The job the detail view shows does not exist."""
+
+    def __init__(self, job_id: JobId) -> None:
+        super().__init__()
+        self.job_id = job_id
 
 
 class DrainPreview(Message):

@@ -19,6 +19,8 @@ from fleetq.core.models import Event, Job, JobId, JobState, Runner
 THROUGHPUT_BUCKET_S = 60
 THROUGHPUT_BUCKETS = 30
 QUEUE_WAIT_WINDOW_S = 15 * 60
+COUNT_CAP = 100_000  # the jobs view counts matches up to this
+OVERLAPS_SHOWN = 20  # open overlap windows read for the alert strip
 
 
 class _View(BaseModel):
@@ -33,8 +35,8 @@ class LaneRow(_View):
     claimed: int
     running: int
     stop_pending: int
-    slots: int
-    slots_used: int
+    slots: int  # of online runners
+    slots_used: int  # of those, held by live jobs and by stops still pending
     runners: int
     eligible_runners: int
     oldest_queued_at: datetime | None
@@ -95,7 +97,7 @@ class JobPage(_View):
 
     now: datetime
     jobs: list[Job]
-    total: int  # jobs matching the filter, beyond the page too
+    total: int  # jobs matching the filter, beyond the page too (at most COUNT_CAP)
     waiting: dict[JobId, eligibility.Explanation]
 
 
@@ -158,7 +160,11 @@ async def overview(driver: Driver, *, at: datetime | None = None) -> Overview:
         runners=runners,
         alerts=Alerts(
             offline_runners=[r.id for r in runners if r.offline],
-            open_overlaps=await stats.overlaps(driver, open_only=True),
+            open_overlaps=[
+                window
+                for job_id in alert["overlapping_jobs"][:OVERLAPS_SHOWN]
+                for window in await stats.overlaps(driver, open_only=True, job_id=job_id)
+            ],
             stops_pending=int(alert["stops_pending"]),
             stops_unconfirmed=int(alert["stops_unconfirmed"]),
             unplaceable=int(alert["unplaceable"]),
@@ -180,7 +186,15 @@ async def job_page(
         limit,
     )
     jobs = [Job.model_validate(r) for r in rows]
-    total = int(rows[0]["total"]) if rows else 0
+    (count,) = await driver.fetch(
+        queries.sql("views_jobs_count"),
+        where.state.value if where.state else None,
+        where.lane,
+        where.project,
+        where.runner,
+        COUNT_CAP,
+    )
+    total = int(count["total"])
     queued = [j for j in jobs if j.state == JobState.QUEUED]
     return JobPage(
         now=at, jobs=jobs, total=total, waiting=await eligibility.explain_many(driver, queued)

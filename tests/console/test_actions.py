@@ -146,3 +146,22 @@ async def test_readonly_hides_and_refuses_every_action(fleet: tuple[str, dict[st
         assert "read-only" in app.sub_title
     assert _job(dsn, ids["queued0"]) == ("queued", None)
     assert _runner(dsn, "gpu-1/r1") == ("active", None, None)
+
+
+async def test_a_reason_with_markup_is_recorded_and_shown_literally(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """The typed reason comes back in a toast: it must not be parsed as markup (`[/]`
+    used to end the app with a MarkupError)."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await show(pilot, "5")
+        _cursor_to(app, RunnersView, "gpu-1/r1")
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DrainForm))
+        await pilot.press(*"[/] [bold]INC-42", "enter")
+        await until(pilot, lambda: _runner(dsn, "gpu-1/r1")[0] in ("draining", "drained"))
+        await pilot.pause(0.2)
+        assert app.is_running
+        assert _runner(dsn, "gpu-1/r1")[1] == "[/] [bold]INC-42"

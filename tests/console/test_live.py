@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+from textual.widgets import DataTable
+
 from fleetq.console.live import APPLICATION_NAME
-from fleetq.console.messages import Health
+from fleetq.console.messages import Health, Hint
+from fleetq.console.views.events import EventsView
 from fleetq.console.views.jobs import JobsView
+from fleetq.core import migrate
 from fleetq.core.db import connect
+from fleetq.core.views import Overview
 from tests import factories
-from tests.console.conftest import SIZE, console, show, until
+from tests.console.conftest import SIZE, console, settled, show, until
 
 
 def _submit(dsn: str) -> int:
@@ -88,4 +94,62 @@ async def test_a_database_that_does_not_answer_shows_stale_and_no_action(
         assert "STALE since" in app.sub_title and not app.ready
         await pilot.press("3")
         assert app.check_action("cancel_jobs", ()) is None  # shown, but off
-        assert app.outages == 1  # retries do not count as new outages
+        migrate.migrate(empty_dsn)  # `fleetq migrate`: the console gets going by itself
+        await until(pilot, lambda: app.ready and app.stale_since is None, deadline=30)
+        assert app.outages == 1  # the retries were one outage
+        assert app.check_action("cancel_jobs", ()) is True
+
+
+async def test_a_load_that_fails_unexpectedly_does_not_wedge_the_console(
+    fleet: tuple[str, dict[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in a read (not a database error) is one failed load: stale, then retried,
+    then live again; later reads are not stuck behind it."""
+    dsn, _ids = fleet
+    app = console(dsn, live=True, clock=None, resync_s=600)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        original = app.source.overview
+        calls = 0
+
+        async def broken_once(at: datetime) -> Overview:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("a bug in a read")
+            return await original(at)
+
+        monkeypatch.setattr(app.source, "overview", broken_once)
+        app.post_message(Hint())
+        await until(pilot, lambda: app.outages == 1)
+        await until(pilot, lambda: app.stale_since is None and not app.busy)
+        assert calls >= 2 and app.follower.connected.is_set()
+
+
+async def test_an_event_committed_late_still_shows(fleet: tuple[str, dict[str, int]]) -> None:
+    """Event ids are taken at insert: an event whose transaction commits after a newer one
+    was read must not be skipped."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "6")
+        events = app.query_one(EventsView)
+        with connect(dsn) as slow, connect(dsn, autocommit=True) as fast:
+            late = slow.execute(
+                "INSERT INTO fleetq.events (kind) VALUES ('late') RETURNING id"
+            ).fetchone()
+            early = fast.execute(
+                "INSERT INTO fleetq.events (kind) VALUES ('early') RETURNING id"
+            ).fetchone()
+            assert late is not None and early is not None and late[0] < early[0]
+            before = app.loads
+            app.post_message(Hint())
+            await settled(pilot, before)
+            assert early[0] in events.seen and late[0] not in events.seen
+            slow.commit()
+        before = app.loads
+        app.post_message(Hint())
+        await settled(pilot, before)
+        assert late[0] in events.seen
+        table = app.query_one("#events-table", DataTable)
+        assert str(late[0]) in table.rows

@@ -7,9 +7,12 @@ from typing import Any
 from textual.command import CommandList
 from textual.widgets import DataTable, Static
 
+from fleetq.console.messages import Hint
 from fleetq.console.views.jobs import JobsView
+from fleetq.core.db import connect
+from fleetq.core.views import JobFilter
 from tests.console import scenario
-from tests.console.conftest import SIZE, console, show, until
+from tests.console.conftest import SIZE, console, settled, show, until
 
 
 def _text(app: object, selector: str) -> str:
@@ -18,7 +21,7 @@ def _text(app: object, selector: str) -> str:
 
 
 def _column(table: DataTable[Any], key: str) -> list[str]:
-    return [str(table.get_cell(row, key)) for row in table.rows]
+    return [str(table.get_cell(row.key, key)) for row in table.ordered_rows]
 
 
 async def test_overview_shows_lanes_alerts_and_runners(fleet: tuple[str, dict[str, int]]) -> None:
@@ -46,7 +49,9 @@ async def test_lanes_view(fleet: tuple[str, dict[str, int]]) -> None:
         checks = [str(c) for c in table.get_row("checks")]
         # queued 4 (3 lint + browser), running 1, one stop pending, 2 of 4 online slots
         assert checks[1:5] == ["4", "0", "1", "1"]
-        assert checks[5].endswith("1/4")  # running+claimed over slots of online runners
+        # slots in use: build-1's two (the running job and the pending stop) of the 4 slots
+        # of online runners (old-1 is offline)
+        assert checks[5].endswith("2/4")
         assert checks[8] == "4m00s"  # the browser job has waited since CLOCK - 240 s
 
 
@@ -76,8 +81,9 @@ async def test_jobs_view_reasons_marks_and_filter(fleet: tuple[str, dict[str, in
             str(ids[n]) for n in ("queued0", "queued1", "queued2", "unplaceable")
         }
         await pilot.press("slash")
-        await pilot.press(*" bogus:1", "enter")  # refused with a message, filter kept
-        assert view.where.state is not None
+        await pilot.press(*" bogus:1", "enter")  # refused with a message, box left open
+        assert view.has_class("filtering")
+        assert view.where == JobFilter.model_validate({"state": "queued"})
 
 
 async def test_detail_shows_eligibility_timeline_and_overlap(
@@ -209,4 +215,29 @@ async def test_colon_job_opens_a_detail_and_an_unknown_job_is_a_message(
         assert "job 2" in _text(app, "#detail-head")
         await show(pilot, "colon", *"999", "enter")
         assert app.stale_since is None  # a missing job is not an outage
-        assert "job 2" in _text(app, "#detail-head")
+        assert _text(app, "#detail-head") == "no job 999"
+        assert app.detail_job is None  # said once: later reads do not look for it again
+
+
+async def test_the_events_cursor_stays_on_its_event_as_new_ones_arrive(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "6")
+        table: DataTable[Any] = app.query_one("#events-table", DataTable)
+        table.move_cursor(row=3)
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        with connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO fleetq.events (kind) SELECT 'x' FROM generate_series(1, 5)")
+        await show(pilot, "r")  # a full resync redraws the tail
+        assert _column(table, "kind")[:5] == ["x"] * 5
+        assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == key
+        with connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO fleetq.events (kind) VALUES ('y')")
+        before = app.loads
+        app.post_message(Hint())  # a notification: new rows are added in place
+        await settled(pilot, before)
+        assert _column(table, "kind")[0] == "y"
+        assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == key

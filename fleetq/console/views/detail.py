@@ -143,6 +143,15 @@ class DetailView(VerticalScroll):
             [event_row(e, with_job=False) for e in reversed(detail.events)],
         )
 
+    def clear(self, why: str) -> None:
+        """Nothing to show (e.g. the job does not exist)."""
+        self.detail = None
+        self.query_one("#detail-head", Static).update(Text(why, style="bold red"))
+        for name in ("#detail-summary", "#detail-timeline", "#detail-output"):
+            self.query_one(name, Static).update("")
+        for table in self.query(DataTable):
+            table.clear()
+
     def draw_timeline(self) -> None:
         """(Re)draw the timeline at the view's width."""
         if self.detail is None:

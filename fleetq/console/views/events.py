@@ -13,7 +13,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Input
 
 from fleetq.console.views.detail import event_row
-from fleetq.console.views.table import Cell
+from fleetq.console.views.table import Cell, selected_key
 from fleetq.core.models import Event
 
 KEEP = 2000  # events kept in the tail
@@ -33,6 +33,7 @@ class EventsView(Vertical):
         self.tail: deque[Event] = deque(maxlen=KEEP)
         self.words: list[str] = []
         self._dirty = False
+        self.seen: set[int] = set()
 
     def compose(self) -> ComposeResult:
         yield Input(
@@ -49,28 +50,44 @@ class EventsView(Vertical):
     def reset(self, events: Iterable[Event], *, draw: bool = True) -> None:
         """Replace the tail (first load and resync)."""
         self.tail.clear()
-        self.tail.extend(events)
+        self._add(list(events))
         self._dirty = True
         if draw:
             self.draw()
 
     def extend(self, events: list[Event], *, draw: bool = True) -> None:
-        """Add new events at the top (drawn now only when the view is on screen)."""
-        known = self.tail[-1].id if self.tail else 0
-        fresh = [e for e in events if e.id > known]
+        """Add events not seen yet (late commits included), newest at the top; drawn now
+        only when the view is on screen. The cursor stays on its event."""
+        fresh = [e for e in events if e.id not in self.seen]
         if not fresh:
             return
-        self.tail.extend(fresh)
-        if not draw or self._dirty or len(self.tail) == KEEP or self.words:
+        evicted = self._add(fresh)
+        if not draw or self._dirty:
             self._dirty = True
             if draw:
                 self.draw()
             return
         table: DataTable[Cell] = self.query_one("#events-table", DataTable)
+        cursor = selected_key(table)
+        for event_id in evicted:
+            if str(event_id) in table.rows:
+                table.remove_row(str(event_id))
         for event in fresh:
-            key, cells = event_row(event)
-            table.add_row(*cells, key=key)
-        table.sort("id", key=lambda v: -int(str(v)))  # newest first, cursor row kept
+            if self._matches(event):
+                key, cells = event_row(event)
+                table.add_row(*cells, key=key)
+        table.sort("id", key=lambda v: -int(str(v)))  # newest first
+        if cursor is not None and cursor in table.rows:
+            table.move_cursor(row=table.get_row_index(cursor), scroll=False)
+
+    def _add(self, events: list[Event]) -> list[int]:
+        """Keep `events` in the tail (in id order, at most KEEP); returns evicted ids."""
+        merged = sorted([*self.tail, *events], key=lambda e: e.id)
+        evicted = [e.id for e in merged[: max(0, len(merged) - KEEP)]]
+        self.tail.clear()
+        self.tail.extend(merged[-KEEP:])
+        self.seen = {e.id for e in self.tail}
+        return evicted
 
     def draw(self) -> None:
         """Redraw the table from the tail, if it changed while hidden."""
@@ -85,11 +102,14 @@ class EventsView(Vertical):
     def _redraw(self) -> None:
         self._dirty = False
         table: DataTable[Cell] = self.query_one("#events-table", DataTable)
+        cursor = selected_key(table)
         table.clear()
         for event in reversed(self.tail):
             if self._matches(event):
                 key, cells = event_row(event)
                 table.add_row(*cells, key=key)
+        if cursor is not None and cursor in table.rows:
+            table.move_cursor(row=table.get_row_index(cursor), scroll=False)
 
     def action_filter(self) -> None:
         self.add_class("filtering")

@@ -13,11 +13,11 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
-from fleetq.console.text import age, duration, one_line, plain, state
+from fleetq.console.text import age, clean, duration, one_line, plain, state
 from fleetq.console.views.table import Cell, Row, selected_key, sync, visible_keys
 from fleetq.core.eligibility import Explanation
 from fleetq.core.models import Job, JobId, JobState
-from fleetq.core.views import JobFilter, JobPage
+from fleetq.core.views import COUNT_CAP, JobFilter, JobPage
 
 COLUMNS = (
     ("mark", " "),
@@ -122,7 +122,8 @@ class JobsView(Vertical):
         self.page = page
         shown = len(page.jobs)
         where = describe_filter(self.where) or "no filter"
-        status = f"{shown} of {page.total} jobs ({where})"
+        total = f"{page.total:,}+" if page.total >= COUNT_CAP else f"{page.total:,}"
+        status = f"{shown} of {total} jobs ({where})"
         if page.total > shown:
             status += f" — newest {shown} shown; narrow with /"
         if self.marked:
@@ -187,7 +188,7 @@ class JobsView(Vertical):
         try:
             where = parse_filter(event.value)
         except ValueError as exc:
-            self.notify(str(exc), title="filter", severity="error")
+            self.notify(clean(str(exc)), title="filter", severity="error", markup=False)
             return
         self.where = where
         self.remove_class("filtering")

@@ -16,7 +16,7 @@ from fleetq.console.views.table import Cell, sync
 from fleetq.core.models import Event
 from fleetq.core.views import THROUGHPUT_BUCKET_S, Overview
 
-LANE_COLUMNS = ("lane", "queued", "claimed", "running", "running/slots", "oldest wait")
+LANE_COLUMNS = ("lane", "queued", "claimed", "running", "slots in use", "oldest wait")
 
 
 def alert_strip(overview: Overview, now: datetime) -> Text:

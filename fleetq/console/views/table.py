@@ -19,7 +19,7 @@ def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
     rebuilt and the cursor moved back to the row it was on (or kept at its index when that
     row left)."""
     keys = [key for key, _ in rows]
-    current = [k.value for k in table.rows]
+    current = [row.key.value for row in table.ordered_rows]
     if keys == current:
         columns = list(table.columns)
         for key, cells in rows:
@@ -60,5 +60,5 @@ def visible_keys(table: DataTable[Cell]) -> list[str]:
     """Keys of the rows on screen now (for the 1 s tick: only those are redrawn)."""
     first = int(table.scroll_y)
     height = max(1, table.size.height - 1)
-    keys = [k.value for k in table.rows]
+    keys = [row.key.value for row in table.ordered_rows]  # display order, sorted or not
     return [k for k in keys[first : first + height] if k is not None]

@@ -7,36 +7,25 @@
 SELECT clock_timestamp() AS now;
 
 -- name: views_lanes
--- Per lane: live depth by state, slots of online runners, eligible runners, oldest wait.
--- A runner counts as eligible for a lane when it serves it and could claim now (active
--- and heartbeating); capacity is shown apart, as slots in use.
-SELECT l.name AS lane,
-       coalesce(j.queued, 0) AS queued,
-       coalesce(j.claimed, 0) AS claimed,
-       coalesce(j.running, 0) AS running,
-       coalesce(j.stop_pending, 0) AS stop_pending,
-       coalesce(s.slots, 0) AS slots,
-       coalesce(s.slots_used, 0) AS slots_used,
-       coalesce(s.runners, 0) AS runners,
-       coalesce(s.eligible_runners, 0) AS eligible_runners,
-       j.oldest_queued_at
-FROM fleetq.lanes l
-LEFT JOIN (
-    SELECT lane,
-           count(*) FILTER (WHERE state = 'queued') AS queued,
-           count(*) FILTER (WHERE state = 'claimed') AS claimed,
-           count(*) FILTER (WHERE state = 'running') AS running,
-           count(*) FILTER (WHERE state = 'cancelled') AS stop_pending,
-           min(created_at) FILTER (WHERE state = 'queued') AS oldest_queued_at
-    FROM fleetq.jobs
-    WHERE state IN ('queued', 'claimed', 'running')
-       OR (state = 'cancelled' AND reserved_on IS NOT NULL)
-    GROUP BY lane
-) j ON j.lane = l.name
-LEFT JOIN (
+-- Per lane: live depth by state, slots of online runners and how many are in use (a
+-- cancelled job holds its slot until its stop is confirmed), eligible runners, oldest
+-- wait. Each depth is read through the partial index that covers its state, so the cost
+-- follows live work, not history. A runner counts as eligible for a lane when it serves
+-- it and could claim now (active and heartbeating).
+WITH depth AS (
+    SELECT lane, 'queued' AS state, count(*) AS jobs, min(created_at) AS oldest
+    FROM fleetq.jobs WHERE state = 'queued' GROUP BY lane
+    UNION ALL
+    SELECT lane, state, count(*), NULL
+    FROM fleetq.jobs WHERE state IN ('claimed', 'running') GROUP BY lane, state
+    UNION ALL
+    SELECT lane, 'stop_pending', count(*), NULL
+    FROM fleetq.jobs WHERE reserved_on IS NOT NULL AND state = 'cancelled' GROUP BY lane
+),
+capacity AS (
     SELECT rl.lane,
            sum(rl.slots) FILTER (WHERE NOT stale.offline) AS slots,
-           sum(rl.slots_used) AS slots_used,
+           sum(rl.slots_used) FILTER (WHERE NOT stale.offline) AS slots_used,
            count(*) AS runners,
            count(*) FILTER (WHERE r.state = 'active' AND NOT stale.offline) AS eligible_runners
     FROM fleetq.runner_lanes rl
@@ -44,18 +33,43 @@ LEFT JOIN (
     CROSS JOIN LATERAL (SELECT r.state = 'offline'
                                OR fleetq.runner_is_stale(r.last_heartbeat_at) AS offline) stale
     GROUP BY rl.lane
-) s ON s.lane = l.name
+)
+SELECT l.name AS lane,
+       coalesce(sum(d.jobs) FILTER (WHERE d.state = 'queued'), 0) AS queued,
+       coalesce(sum(d.jobs) FILTER (WHERE d.state = 'claimed'), 0) AS claimed,
+       coalesce(sum(d.jobs) FILTER (WHERE d.state = 'running'), 0) AS running,
+       coalesce(sum(d.jobs) FILTER (WHERE d.state = 'stop_pending'), 0) AS stop_pending,
+       coalesce(min(c.slots), 0) AS slots,
+       coalesce(min(c.slots_used), 0) AS slots_used,
+       coalesce(min(c.runners), 0) AS runners,
+       coalesce(min(c.eligible_runners), 0) AS eligible_runners,
+       min(d.oldest) AS oldest_queued_at
+FROM fleetq.lanes l
+LEFT JOIN depth d ON d.lane = l.name
+LEFT JOIN capacity c ON c.lane = l.name
+GROUP BY l.name
 ORDER BY l.name;
 
 -- name: views_queue_wait
 -- Queue wait (created -> claimed) by priority class, over jobs claimed in the window.
+-- Such a job is either still live or finished since (or was handed back and waits
+-- again): reading those through their indexes keeps this independent of history.
 -- $1 now, $2 window in seconds
 SELECT priority_class, count(*) AS jobs,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - created_at))
            AS p50_s,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - created_at))
            AS p95_s
-FROM fleetq.jobs
+FROM (
+    SELECT priority_class, created_at, claimed_at FROM fleetq.jobs
+    WHERE state IN ('claimed', 'running')
+    UNION ALL
+    SELECT priority_class, created_at, claimed_at FROM fleetq.jobs
+    WHERE finished_at > $1::timestamptz - make_interval(secs => $2::integer)
+    UNION ALL
+    SELECT priority_class, created_at, claimed_at FROM fleetq.jobs
+    WHERE state = 'queued' AND claimed_at IS NOT NULL
+) recent
 WHERE claimed_at > $1::timestamptz - make_interval(secs => $2::integer)
 GROUP BY priority_class
 ORDER BY priority_class;
@@ -76,9 +90,10 @@ ORDER BY b.i;
 
 -- name: views_alerts
 -- What needs an operator's eye: cancelled jobs whose stop the runner has not confirmed,
--- stops the runner could not confirm (it drained itself), and queued jobs that no
--- registered runner could take even when idle (the claim's own rule, evaluated with the
--- runner's whole capacity free; evaluated once per distinct job shape, not per job).
+-- stops the runner could not confirm (it drained itself), jobs with two executions alive
+-- at once (their windows are then read one job at a time), and queued jobs that no
+-- online runner could take even when idle (the claim's own rule, evaluated with the
+-- runner's whole capacity free, once per distinct job shape, not per job).
 WITH shapes AS (
     SELECT lane, capabilities, requested_node, memory_mb, cpu_millis, count(*) AS jobs
     FROM fleetq.jobs
@@ -92,22 +107,24 @@ unplaceable AS (
         SELECT 1
         FROM fleetq.runners r
         JOIN fleetq.runner_lanes l ON l.runner_id = r.id AND l.lane = s.lane
-        WHERE r.state <> 'offline'
+        WHERE r.state <> 'offline' AND NOT fleetq.runner_is_stale(r.last_heartbeat_at)
           AND fleetq.ineligibility(s.capabilities, s.requested_node, s.memory_mb, s.cpu_millis,
                                    r.node, r.capabilities, 'active', false,
                                    r.memory_mb, r.cpu_millis, l.slots, 0) IS NULL)
 )
 SELECT (SELECT count(*) FROM fleetq.jobs
-        WHERE state = 'cancelled' AND reserved_on IS NOT NULL) AS stops_pending,
+        WHERE reserved_on IS NOT NULL AND state = 'cancelled') AS stops_pending,
        (SELECT count(*) FROM fleetq.runners
         WHERE state_reason LIKE 'stop-unconfirmed%') AS stops_unconfirmed,
-       (SELECT coalesce(sum(jobs), 0) FROM unplaceable) AS unplaceable;
+       (SELECT coalesce(sum(jobs), 0) FROM unplaceable) AS unplaceable,
+       ARRAY(SELECT job_id FROM fleetq.executions WHERE ended_at IS NULL
+             GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id) AS overlapping_jobs;
 
 -- name: views_jobs
 -- One page of jobs, newest first, each filter optional (NULL: any). `runner` matches the
 -- lease owner or the runner a cancelled job is still reserved on.
 -- $1 state, $2 lane, $3 project, $4 runner, $5 limit
-SELECT *, count(*) OVER () AS total
+SELECT *
 FROM fleetq.jobs
 WHERE ($1::text IS NULL OR state = $1::text)
   AND ($2::text IS NULL OR lane = $2::text)
@@ -115,6 +132,18 @@ WHERE ($1::text IS NULL OR state = $1::text)
   AND ($4::text IS NULL OR lease_owner = $4::text OR reserved_on = $4::text)
 ORDER BY id DESC
 LIMIT $5::integer;
+
+-- name: views_jobs_count
+-- How many jobs match the jobs view's filter, counted up to a cap (the exact figure of a
+-- long history is not worth reading it all). $1..$4 as views_jobs, $5 cap
+SELECT count(*) AS total
+FROM (SELECT 1
+      FROM fleetq.jobs
+      WHERE ($1::text IS NULL OR state = $1::text)
+        AND ($2::text IS NULL OR lane = $2::text)
+        AND ($3::text IS NULL OR project = $3::text)
+        AND ($4::text IS NULL OR lease_owner = $4::text OR reserved_on = $4::text)
+      LIMIT $5::integer) capped;
 
 -- name: views_executions
 -- Every execution of a job, by fencing token, with its claim time from the events.
@@ -129,5 +158,10 @@ ORDER BY x.lease_version;
 
 -- name: views_job_output
 -- The recorded output tail of a job, when its verdict is still the latest for its
--- (project, commit, operation). $1 job
-SELECT exit_code, reason, log_tail FROM fleetq.results WHERE job_id = $1::bigint;
+-- (project, commit, operation): found by that key, then checked to be this job's.
+-- $1 job
+SELECT r.exit_code, r.reason, r.log_tail
+FROM fleetq.jobs j
+JOIN fleetq.results r
+  ON r.project = j.project AND r.commit_sha = j.commit_sha AND r.operation = j.operation
+WHERE j.id = $1::bigint AND r.job_id = j.id;
