@@ -35,6 +35,12 @@ async def test_overview_shows_lanes_alerts_and_runners(fleet: tuple[str, dict[st
         assert "1 queued job(s) no runner can take" in alerts
         lanes: DataTable[object] = app.query_one("#overview-lanes", DataTable)
         assert _column(lanes, "lane") == ["checks", "control"]
+        # claims in the last 15 min: class 1 waited 10 s and 70 s, class 2 2 s and 5 s
+        waits = _text(app, "#waits")
+        assert "class 1  p50 40.0s  p95 1m07s  (2 jobs)" in waits
+        assert "class 2  p50 3.5s" in waits and "class 0" not in waits
+        # ends in the last 30 min: 4; in the last minute: a success and a cancel
+        assert "4 finished, 2 in the last 60s bucket" in _text(app, "#throughput")
         fleet_panel = _text(app, "#fleet")
         assert "active 2" in fleet_panel and "draining 1" in fleet_panel
         assert "offline 1" in fleet_panel

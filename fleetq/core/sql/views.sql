@@ -51,40 +51,46 @@ GROUP BY l.name
 ORDER BY l.name;
 
 -- name: views_queue_wait
--- Queue wait (created -> claimed) by priority class, over jobs claimed in the window.
--- Such a job is either still live or finished since (or was handed back and waits
--- again): reading those through their indexes keeps this independent of history.
+-- Queue wait (created -> claimed) by priority class, over claims in the window. Read from
+-- the claim events: the window's first event id is found by walking the events' primary
+-- key back from the newest, so the cost follows recent activity, not history, and the
+-- claim path pays for no extra index.
 -- $1 now, $2 window in seconds
-SELECT priority_class, count(*) AS jobs,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - created_at))
+WITH since AS (
+    SELECT coalesce(max(id), 0) AS id
+    FROM fleetq.events
+    WHERE at <= $1::timestamptz - make_interval(secs => $2::integer)
+)
+SELECT j.priority_class, count(*) AS jobs,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM e.at - j.created_at))
            AS p50_s,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - created_at))
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM e.at - j.created_at))
            AS p95_s
-FROM (
-    SELECT priority_class, created_at, claimed_at FROM fleetq.jobs
-    WHERE state IN ('claimed', 'running')
-    UNION ALL
-    SELECT priority_class, created_at, claimed_at FROM fleetq.jobs
-    WHERE finished_at > $1::timestamptz - make_interval(secs => $2::integer)
-    UNION ALL
-    SELECT priority_class, created_at, claimed_at FROM fleetq.jobs
-    WHERE state = 'queued' AND claimed_at IS NOT NULL
-) recent
-WHERE claimed_at > $1::timestamptz - make_interval(secs => $2::integer)
-GROUP BY priority_class
-ORDER BY priority_class;
+FROM since
+JOIN fleetq.events e ON e.id > since.id
+JOIN fleetq.jobs j ON j.id = e.job_id
+WHERE e.kind = 'claimed' AND e.at <= $1::timestamptz
+GROUP BY j.priority_class
+ORDER BY j.priority_class;
 
 -- name: views_throughput
--- Jobs finished per bucket, oldest bucket first, ending at now (empty buckets are 0).
--- $1 now, $2 bucket seconds, $3 buckets
-SELECT b.i AS bucket, count(j.ago) AS finished
+-- Jobs that reached an end per bucket, oldest bucket first, ending at now (empty buckets
+-- are 0), from the outcome and cancel events of the window (found as in
+-- views_queue_wait). $1 now, $2 bucket seconds, $3 buckets
+WITH since AS (
+    SELECT coalesce(max(id), 0) AS id
+    FROM fleetq.events
+    WHERE at <= $1::timestamptz - make_interval(secs => $2::integer * $3::integer)
+)
+SELECT b.i AS bucket, count(e.ago) AS finished
 FROM generate_series(0, $3::integer - 1) AS b(i)
 LEFT JOIN (
-    SELECT floor(extract(epoch FROM $1::timestamptz - finished_at) / $2::integer)::integer AS ago
-    FROM fleetq.jobs
-    WHERE finished_at > $1::timestamptz - make_interval(secs => $2::integer * $3::integer)
-      AND finished_at <= $1::timestamptz
-) j ON j.ago = $3::integer - 1 - b.i
+    SELECT floor(extract(epoch FROM $1::timestamptz - ev.at) / $2::integer)::integer AS ago
+    FROM since
+    JOIN fleetq.events ev ON ev.id > since.id
+    WHERE ev.at <= $1::timestamptz
+      AND ev.kind IN ('succeeded', 'failed', 'cancelled', 'refused')
+) e ON e.ago = $3::integer - 1 - b.i
 GROUP BY b.i
 ORDER BY b.i;
 
