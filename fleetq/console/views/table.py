@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
@@ -21,12 +22,14 @@ def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
     keys = [key for key, _ in rows]
     current = [row.key.value for row in table.ordered_rows]
     if keys == current:
-        columns = list(table.columns)
+        columns = list(table.columns.items())
         for key, cells in rows:
             old = table.get_row(key)
-            for column, before, after in zip(columns, old, cells, strict=False):
+            for (column, spec), before, after in zip(columns, old, cells, strict=False):
                 if before != after:
-                    table.update_cell(key, column, after, update_width=True)
+                    # Re-measuring a column is costly (a relayout): only when it must grow.
+                    wider = spec.auto_width and _width(after) > spec.content_width
+                    table.update_cell(key, column, after, update_width=wider)
         return
     cursor_key = _cursor_key(table)
     cursor_row = table.cursor_row
@@ -62,3 +65,7 @@ def visible_keys(table: DataTable[Cell]) -> list[str]:
     height = max(1, table.size.height - 1)
     keys = [row.key.value for row in table.ordered_rows]  # display order, sorted or not
     return [k for k in keys[first : first + height] if k is not None]
+
+
+def _width(cell: Cell) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(cell)
