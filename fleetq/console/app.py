@@ -220,7 +220,7 @@ class ConsoleApp(App[None]):
             events.extend(loaded.events, draw=self.current == "events")
         self.overview = overview
         self._show_overview()
-        if loaded.page is not None and self.current == "jobs":
+        if loaded.page is not None and self.current == "jobs" and loaded.page.where == self.where:
             self.query_one(JobsView).show(loaded.page, overview.now)
         detail = loaded.detail
         if detail is not None and self.current == "detail" and detail.job.id == self.detail_job:
@@ -418,17 +418,27 @@ class ConsoleApp(App[None]):
             return
         if self.current == "detail":
             targets = [self.detail_job] if self.detail_job is not None else []
+            shown = self.query_one(DetailView).detail
+            known = {shown.job.id: shown.job.state} if shown is not None else {}
         else:
-            targets = self.query_one(JobsView).targets()
+            view = self.query_one(JobsView)
+            targets = view.targets()
+            known = {j.id: j.state for j in view.page.jobs} if view.page is not None else {}
         if not targets:
             self.notify("no job selected", severity="warning")
+            return
+        finished = [j for j in targets if j in known and known[j].terminal]
+        targets = [j for j in targets if j not in finished]
+        if not targets:
+            states = ", ".join(f"job {j} is {known[j].value}" for j in finished[:5])
+            self.notify(f"nothing to cancel: {states}", severity="warning", markup=False)
             return
         ids = ", ".join(str(j) for j in targets[:12]) + (" …" if len(targets) > 12 else "")
         noun = "job" if len(targets) == 1 else "jobs"
         body = Text(
             f"Cancel {len(targets)} {noun}: {ids} — runners will be asked to stop them; "
             "they show stop pending until the stop is confirmed. Queued jobs are cancelled "
-            "at once; finished jobs are left as they are."
+            "at once." + (f" Skipping {len(finished)} finished." if finished else "")
         )
 
         def answered(yes: bool | None) -> None:

@@ -96,6 +96,7 @@ class JobPage(_View):
     """A page of jobs with, for each queued one, why it waits."""
 
     now: datetime
+    where: JobFilter  # the filter this page answers
     jobs: list[Job]
     total: int  # jobs matching the filter, beyond the page too (at most COUNT_CAP)
     waiting: dict[JobId, eligibility.Explanation]
@@ -197,7 +198,7 @@ async def job_page(
     total = int(count["total"])
     queued = [j for j in jobs if j.state == JobState.QUEUED]
     return JobPage(
-        now=at, jobs=jobs, total=total, waiting=await eligibility.explain_many(driver, queued)
+        now=at, where=where, jobs=jobs, total=total, waiting=await eligibility.explain_many(driver, queued)
     )
 
 

@@ -165,3 +165,22 @@ async def test_a_reason_with_markup_is_recorded_and_shown_literally(
         await pilot.pause(0.2)
         assert app.is_running
         assert _runner(dsn, "gpu-1/r1")[1] == "[/] [bold]INC-42"
+
+
+async def test_finished_jobs_are_not_offered_for_cancel(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        _cursor_to(app, JobsView, str(ids["done"]))
+        await pilot.press("C")
+        await pilot.pause()
+        assert not isinstance(app.screen, Confirm)  # "nothing to cancel: job 1 is succeeded"
+        view = app.query_one(JobsView)
+        view.marked = {ids["done"], ids["queued0"]}
+        await pilot.press("C")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm)
+        body = str(app.screen.body)
+        assert f"Cancel 1 job: {ids['queued0']} —" in body and "Skipping 1 finished." in body
+        await pilot.press("n")
