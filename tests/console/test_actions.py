@@ -6,6 +6,7 @@ from fleetq.console.dialogs import Confirm, DrainForm
 from fleetq.console.views.jobs import JobsView
 from fleetq.console.views.runners import RunnersView
 from fleetq.core.db import connect
+from fleetq.core.models import JobId
 from tests.console.conftest import SIZE, console, show, until
 
 
@@ -177,7 +178,7 @@ async def test_finished_jobs_are_not_offered_for_cancel(fleet: tuple[str, dict[s
         await pilot.pause()
         assert not isinstance(app.screen, Confirm)  # "nothing to cancel: job 1 is succeeded"
         view = app.query_one(JobsView)
-        view.marked = {ids["done"], ids["queued0"]}
+        view.marked = {JobId(ids["done"]), JobId(ids["queued0"])}
         await pilot.press("C")
         await pilot.pause()
         assert isinstance(app.screen, Confirm)
