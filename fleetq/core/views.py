@@ -198,7 +198,11 @@ async def job_page(
     total = int(count["total"])
     queued = [j for j in jobs if j.state == JobState.QUEUED]
     return JobPage(
-        now=at, where=where, jobs=jobs, total=total, waiting=await eligibility.explain_many(driver, queued)
+        now=at,
+        where=where,
+        jobs=jobs,
+        total=total,
+        waiting=await eligibility.explain_many(driver, queued),
     )
 
 
