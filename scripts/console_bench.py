@@ -15,11 +15,8 @@ import asyncio
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-
-import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -27,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from fleetq.console.app import ConsoleApp  # noqa: E402
 from fleetq.console.source import Source  # noqa: E402
 from fleetq.core import migrate  # noqa: E402
-from fleetq.core.db import connect, resolve_dsn, with_database  # noqa: E402
+from fleetq.core.db import connect, resolve_dsn  # noqa: E402
 from fleetq.core.models import JobId  # noqa: E402
 from fleetq.core.views import JobFilter  # noqa: E402
 from tests import factories  # noqa: E402
@@ -150,22 +147,13 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--runners", type=int, default=100)
     args = parser.parse_args()
-    server = with_database(resolve_dsn(args.dsn), "postgres")
-    name = f"fleetq_console_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"'.encode())
-    try:
-        dsn = with_database(server, name)
-        migrate.migrate(dsn)
+    with migrate.scratch_database(resolve_dsn(args.dsn), "fleetq_console_bench") as dsn:
         start = time.perf_counter()
         fill(dsn, args.jobs, args.runners)
         filled = time.perf_counter() - start
         print(f"{args.jobs} jobs, {args.runners} runners ({filled:.1f} s to fill)")
         asyncio.run(reads(dsn))
         asyncio.run(app(dsn))
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
     return 0
 
 

@@ -12,16 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import uuid
 from pathlib import Path
-
-import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fleetq.core import migrate  # noqa: E402
-from fleetq.core.db import connect, resolve_dsn, with_database  # noqa: E402
+from fleetq.core.db import connect, resolve_dsn  # noqa: E402
 from tests.console import scenario  # noqa: E402
 from tests.console.conftest import SIZE  # noqa: E402
 from tests.console.test_snapshots import CASES, app_for  # noqa: E402
@@ -45,21 +42,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", help="server to use (default: $FLEETQ_DSN, else embedded)")
     args = parser.parse_args()
-    server = with_database(resolve_dsn(args.dsn), "postgres")
-    name = f"fleetq_screenshots_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"'.encode())
-    try:
-        dsn = with_database(server, name)
-        migrate.migrate(dsn)
+    with migrate.scratch_database(resolve_dsn(args.dsn), "fleetq_screenshots") as dsn:
         with connect(dsn, autocommit=True) as conn:
             scenario.build(conn)
         OUT.mkdir(exist_ok=True)
         for case in CASES:
             print(f"{case:20} -> {asyncio.run(shoot(dsn, case)).relative_to(ROOT)}")
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
     return 0
 
 

@@ -22,15 +22,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from fleetq.cli.common import Commands
 from fleetq.core import config, migrate, queries
-from fleetq.core.db import connect, resolve_dsn, with_database, wrap_errors
+from fleetq.core.db import connect, resolve_dsn
 from fleetq.core.driver import AsyncpgDriver, Driver
 from fleetq.core.errors import FleetqError
 
@@ -67,22 +64,15 @@ def register(commands: Commands) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    server = resolve_dsn(args.dsn)
-    name = f"fleetq_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with wrap_errors(), psycopg.connect(server, autocommit=True, connect_timeout=10) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"'.encode())
-    dsn = with_database(server, name)
-    try:
-        migrate.migrate(dsn)
-        with tempfile.TemporaryDirectory(prefix="fleetq-bench-") as tmp:
-            path = Path(tmp) / "bench.toml"
-            path.write_text(BENCH_CONFIG)
-            with connect(dsn) as conn:
-                config.apply(conn, config.load(path), source=path)
-            report = asyncio.run(_measure(args, dsn, Path(tmp)))
-    finally:
-        with wrap_errors(), psycopg.connect(server, autocommit=True, connect_timeout=10) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+    with (
+        migrate.scratch_database(resolve_dsn(args.dsn), "fleetq_bench") as dsn,
+        tempfile.TemporaryDirectory(prefix="fleetq-bench-") as tmp,
+    ):
+        path = Path(tmp) / "bench.toml"
+        path.write_text(BENCH_CONFIG)
+        with connect(dsn) as conn:
+            config.apply(conn, config.load(path), source=path)
+        report = asyncio.run(_measure(args, dsn, Path(tmp)))
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -92,41 +92,31 @@ class Source:
 
     async def drain_preview(self, runner: str) -> list[tuple[int, str, str]]:
         """For each job a drain of `runner` affects (what it holds, and queued jobs it could
-        take), whether another eligible runner with room exists: (job, state, answer)."""
-        held = await views.job_page(self._db, JobFilter(runner=runner), limit=50)
+        take), whether another eligible runner with room exists: (job, state, answer).
+        One eligibility read for all of them."""
+        page = await views.job_page(self._db, JobFilter(runner=runner), limit=50)
+        held = [job for job in page.jobs if job.state.live]
         queued = await views.job_page(self._db, JobFilter(state=JobState.QUEUED), limit=200)
+        verdicts = {**queued.waiting, **await eligibility.explain_many(self._db, held)}
         preview: list[tuple[int, str, str]] = []
-        for job in held.jobs:
+        for job in [*held, *queued.jobs]:
+            by_runner = {v.runner_id: v for v in verdicts[job.id].runners}
+            others = ", ".join([r for r, v in by_runner.items() if v.eligible and r != runner][:3])
             if job.state.live:
-                other = await self._elsewhere(job.id, runner)
-                preview.append((job.id, job.state.value, f"finishes here; {other}"))
-        for job in queued.jobs:
-            explanation = queued.waiting.get(job.id)
-            mine = (
-                next((v for v in explanation.runners if v.runner_id == runner), None)
-                if explanation
-                else None
-            )
-            if mine is None or not (mine.eligible or mine.group == "no capacity now"):
+                where = (
+                    f"eligible with room elsewhere: {others}"
+                    if others
+                    else "NO other eligible runner with room now"
+                )
+                preview.append((job.id, job.state.value, f"finishes here; {where}"))
                 continue
-            others = (
-                [v.runner_id for v in explanation.runners if v.eligible and v.runner_id != runner]
-                if explanation
-                else []
-            )
+            mine = by_runner.get(runner)
+            if mine is None or not (mine.eligible or mine.group == "no capacity now"):
+                continue  # this runner could not take it anyway
             answer = (
-                f"can run on {', '.join(others[:3])}"
-                if others
-                else "NO other eligible runner with room: it waits"
+                f"can run on {others}" if others else "NO other eligible runner with room: it waits"
             )
             preview.append((job.id, job.state.value, answer))
             if len(preview) >= 20:
                 break
         return preview
-
-    async def _elsewhere(self, job_id: JobId, runner: str) -> str:
-        explanation = await eligibility.explain(self._db, job_id)
-        others = [v.runner_id for v in explanation.runners if v.eligible and v.runner_id != runner]
-        if others:
-            return f"eligible with room elsewhere: {', '.join(others[:3])}"
-        return "NO other eligible runner with room now"

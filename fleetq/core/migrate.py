@@ -13,8 +13,12 @@ Why each rule:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import re
+import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -22,7 +26,7 @@ from pathlib import Path
 import psycopg
 from pydantic import BaseModel, ConfigDict
 
-from fleetq.core.db import SyncConnection, connect
+from fleetq.core.db import SyncConnection, connect, with_database, wrap_errors
 from fleetq.core.driver import Driver
 from fleetq.core.errors import MigrationChecksumMismatch, MigrationError, SchemaOutOfDate
 from fleetq.core.queries import sql
@@ -202,3 +206,19 @@ async def require_current_async(driver: Driver) -> None:
         check_schema([])
         return
     check_schema([int(row["version"]) for row in await driver.fetch(sql("migrate_applied"))])
+
+
+@contextlib.contextmanager
+def scratch_database(server_dsn: str, prefix: str) -> Iterator[str]:
+    """A new, migrated database on the server of `server_dsn`, dropped afterwards, for work
+    that must not touch the fleet's own data (bench, screenshots)."""
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with wrap_errors(), psycopg.connect(server_dsn, autocommit=True, connect_timeout=10) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"'.encode())
+    try:
+        dsn = with_database(server_dsn, name)
+        migrate(dsn)
+        yield dsn
+    finally:
+        with wrap_errors(), psycopg.connect(server_dsn, autocommit=True, connect_timeout=10) as a:
+            a.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())

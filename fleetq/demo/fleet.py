@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
+import functools
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +28,12 @@ from fleetq.core import report
 from fleetq.core.driver import Driver
 from fleetq.core.errors import FleetqError
 from fleetq.core.models import RunnerState
+from fleetq.runner import orphans
 
 START_S = 60.0  # registration deadline (a cold machine imports slowly)
 DRAIN_S = 20.0  # running work may finish this long before SIGTERM
 EXIT_S = 30.0  # after SIGTERM: graceful exit deadline, then a second SIGTERM, then SIGKILL
 RUNNER_GRACE_S = 5  # the runners' own --grace: jobs still running at SIGTERM get this long
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,10 @@ class Fleet:
                     stderr=subprocess.STDOUT,
                     env=env,
                     start_new_session=True,
-                    preexec_fn=_die_with(os.getpid()),
+                    # SIGTERM, not SIGKILL: a runner hands its leases back on the way out
+                    preexec_fn=functools.partial(
+                        orphans.die_with_parent, os.getpid(), signal.SIGTERM
+                    ),
                 )
 
     async def _until_registered(self, driver: Driver) -> None:
@@ -250,17 +252,3 @@ async def _exited(proc: subprocess.Popen[bytes], within_s: float) -> bool:
     with contextlib.suppress(subprocess.TimeoutExpired):
         await asyncio.to_thread(proc.wait, within_s)
     return proc.poll() is not None
-
-
-def _die_with(parent: int) -> Callable[[], None] | None:
-    """A pre-exec hook: SIGTERM this child when the demo dies (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return None
-
-    def hook() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the demo died before the hook ran
-            os._exit(1)
-
-    return hook

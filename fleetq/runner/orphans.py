@@ -38,10 +38,10 @@ def become_subreaper() -> bool:
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def die_with_parent(parent: int) -> None:
-    """In a freshly forked child: SIGKILL when the parent dies. If it already died
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """In a freshly forked child: receive `sig` when the parent dies. If it already died
     between fork and here, exit now."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(PR_SET_PDEATHSIG, sig)
     if os.getppid() != parent:
         os._exit(1)
 

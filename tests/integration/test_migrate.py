@@ -114,3 +114,12 @@ def test_database_newer_than_code_is_refused(empty_dsn: str, migrations_copy: Pa
 def test_require_current_on_unmigrated_database(empty_dsn: str) -> None:
     with psycopg.connect(empty_dsn) as conn, pytest.raises(SchemaOutOfDate, match="0000"):
         migrate.require_current(conn)
+
+
+def test_a_scratch_database_is_migrated_and_dropped(server_dsn: str) -> None:
+    with migrate.scratch_database(server_dsn, "fleetq_scratch") as dsn:
+        assert {r.state for r in migrate.status(dsn)} == {MigrationState.APPLIED}
+        name = dsn.rsplit("/", 1)[-1].split("?")[0]
+    with psycopg.connect(server_dsn) as conn:
+        gone = conn.execute(b"SELECT count(*) FROM pg_database WHERE datname = %s", [name])
+        assert gone.fetchone() == (0,)
