@@ -7,10 +7,37 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from fleetq import __version__
 from fleetq.cli import bench, demo, jobs, runners, schema, server, stats
 from fleetq.core.errors import FleetqError
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: it also takes the options people type after the verb
+    (`fleetq migrate --dsn X -v`), the same ones `fleetq` takes before it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # SUPPRESS: given here, it overrides the value before the verb; absent, it
+        # leaves that value alone.
+        _add_connection_options(self, default=argparse.SUPPRESS)
+
+
+def _add_connection_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
+    parser.add_argument(
+        "--dsn",
+        default=default if default is argparse.SUPPRESS else None,
+        help="PostgreSQL connection string (default: $FLEETQ_DSN, else the embedded server)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default if default is argparse.SUPPRESS else False,
+        help="log what happens",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,23 +45,43 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleetq",
         description="fleetq: a fleet job queue on PostgreSQL. With no --dsn and no FLEETQ_DSN, "
-        "commands use the embedded PostgreSQL server of this machine (started on first use).",
+        "commands use the embedded PostgreSQL server of this machine (started on first use). "
+        "--dsn, -v and --json may stand before or after the command.",
     )
     parser.add_argument("--version", action="version", version=f"fleetq {__version__}")
+    _add_connection_options(parser, default=None)
     parser.add_argument(
-        "--dsn",
-        help="PostgreSQL connection string (default: $FLEETQ_DSN, else the embedded server)",
+        "--json",
+        dest="json_before_command",
+        action="store_true",
+        help="machine-readable output, for the commands that list or report",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
+    )
     for module in (demo, server, schema, jobs, runners, stats, bench):
         module.register(commands)
     return parser
 
 
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse a command line; `--json` before the command applies to it when it has one."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.json_before_command:
+        if not hasattr(args, "json"):
+            parser.error(f"`fleetq {_command_name(args)}` has no --json output")
+        args.json = True
+    return args
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    return " ".join(str(v) for v in (args.command, getattr(args, "verb", None)) if v)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; fleetq errors become one line on stderr and exit status 1."""
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -22,6 +22,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Header
 
@@ -302,10 +303,13 @@ class ConsoleApp(App[None]):
             return
         then, mono = self._db_now
         now = then + timedelta(seconds=time.monotonic() - mono)
-        if self.current == "jobs":
-            self.query_one(JobsView).tick(now)
-        elif self.current == "runners":
-            self.query_one(RunnersView).tick(now)
+        try:
+            if self.current == "jobs":
+                self.query_one(JobsView).tick(now)
+            elif self.current == "runners":
+                self.query_one(RunnersView).tick(now)
+        except NoMatches:
+            pass  # a tick while the view's widgets are still mounting, or already gone
 
     # ---- navigation --------------------------------------------------------------
 

