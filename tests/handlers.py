@@ -29,3 +29,15 @@ async def record_effect_exactly_once(ctx: JobContext) -> str:
             "INSERT INTO effects (job_id, token) VALUES ($1, $2)", ctx.claim.job_id, ctx.token
         )
     raise RuntimeError("crash after the transaction committed")
+
+
+async def effect_then_stall(ctx: JobContext) -> str:
+    """Write the effect and the outcome in one transaction; under token 1, stall inside
+    it (`pg_sleep`) so that a test can cut its connection before it commits."""
+    async with ctx.transaction(finish=True) as conn:
+        await conn.execute(
+            "INSERT INTO effects (job_id, token) VALUES ($1, $2)", ctx.claim.job_id, ctx.token
+        )
+        if ctx.token == 1:
+            await conn.execute("SELECT pg_sleep(60)")
+    return f"effect written under token {ctx.token}"

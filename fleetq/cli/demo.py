@@ -65,7 +65,7 @@ def register(commands: Commands) -> None:
         "--lease",
         type=int,
         default=3,
-        choices=range(1, 31),
+        choices=range(3, 31),
         metavar="SECONDS",
         help="lease length for the demo's jobs (default 3, so a frozen runner loses its "
         "jobs quickly)",

@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -34,6 +35,9 @@ Capability = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,6
 Handler = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
 
 
+MIN_LIVENESS_SECONDS = 3
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -41,11 +45,25 @@ class _Strict(BaseModel):
 class SettingsConfig(_Strict):
     """Queue-wide settings; absent ones keep their current value."""
 
-    lease_seconds: int | None = Field(None, ge=1, le=86_400)
+    lease_seconds: int | None = Field(None, le=86_400)
     reassignment_cap: int | None = Field(None, ge=1, le=1_000)
-    runner_offline_after_seconds: int | None = Field(None, ge=1, le=86_400)
+    runner_offline_after_seconds: int | None = Field(None, le=86_400)
     max_payload_bytes: int | None = Field(None, ge=1, le=16 * 1024 * 1024)
     aging_promote_after_seconds: int | None = Field(None, ge=1)
+
+    @field_validator("lease_seconds", "runner_offline_after_seconds")
+    @classmethod
+    def _room_for_renewals(cls, value: int | None) -> int | None:
+        """Runners renew every third of min(lease, offline threshold) and fence
+        themselves a second before a lease could expire unrenewed: below 3 seconds a
+        healthy runner would fence its own jobs or look offline between two renewals."""
+        if value is not None and value < MIN_LIVENESS_SECONDS:
+            raise ValueError(
+                f"must be at least {MIN_LIVENESS_SECONDS} seconds: runners renew every "
+                "third of it and must leave room for two renewals before a lease could "
+                "expire (a shorter one fences healthy jobs or shows runners offline)"
+            )
+        return value
 
 
 class LaneConfig(_Strict):

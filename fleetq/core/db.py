@@ -11,7 +11,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from typing import TypeAlias
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -52,6 +52,13 @@ def as_uri(dsn: str) -> str:
     database = quote(params.pop("dbname", ""), safe="")
     query = "&".join(f"{quote(k)}={quote(v, safe='/')}" for k, v in sorted(params.items()))
     return f"postgresql://{auth}/{database}" + (f"?{query}" if query else "")
+
+
+def dsn_settings(dsn: str) -> set[str]:
+    """Names given in a DSN's query (`?lock_timeout=2000&…`): asyncpg sends those that
+    are not connection parameters as session settings, and they then win over a
+    program's defaults."""
+    return set(parse_qs(urlsplit(as_uri(dsn)).query))
 
 
 def with_database(dsn: str, database: str) -> str:

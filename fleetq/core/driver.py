@@ -55,11 +55,15 @@ def map_error(exc: BaseException) -> errors.FleetqError | None:
         return _FLEETQ_STATES[sqlstate](_primary_message(exc))
     if isinstance(exc, TimeoutError):
         return errors.QueryTimeout()
+    # InternalClientError: asyncpg's protocol state after a connection broke mid-call
+    # ("cannot switch to state 12; another operation is in progress"), seen during a
+    # server restart; the connection is unusable, like a lost one.
     connection_lost = isinstance(
         exc,
         OSError
         | asyncpg.InterfaceError
         | asyncpg.PostgresConnectionError
+        | asyncpg.exceptions.InternalClientError
         | psycopg.OperationalError,
     ) or (isinstance(sqlstate, str) and sqlstate[:2] in ("08", "57"))
     if connection_lost:

@@ -4,15 +4,23 @@ to the database that commits only while this runner still holds the lease."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from fleetq.core import queries
-from fleetq.core.errors import StaleLease
+from fleetq.core.driver import map_error
+from fleetq.core.errors import ConnectionFailed, StaleLease
 from fleetq.core.models import Claim, RunnerId
+from fleetq.runner.loops import Backoff
+
+log = logging.getLogger(__name__)
+Connection: TypeAlias = "PoolConnectionProxy[asyncpg.Record]"
+FINISH_CHECKS = 5  # tries to read back an outcome whose commit reply was lost
 
 
 @dataclass
@@ -29,9 +37,7 @@ class JobContext:
         return int(self.claim.lease_version)
 
     @contextlib.asynccontextmanager
-    async def transaction(
-        self, *, finish: bool = False
-    ) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+    async def transaction(self, *, finish: bool = False) -> AsyncIterator[Connection]:
         """A transaction that first locks this job's row under our (owner, token).
 
         While it is open nobody can take the lease (the reaper and claims wait on the row
@@ -47,7 +53,49 @@ class JobContext:
         The connection comes from the runner's pool, which does not reset sessions on
         release (a round trip per call otherwise): use `SET LOCAL`, never a plain `SET`,
         and leave no LISTEN or session advisory lock behind.
+
+        A lost connection raises `ConnectionFailed` (not asyncpg's own errors), which the
+        runner reports as a lost run: requeued once, not failed. With `finish=True`, a
+        connection lost at commit is resolved by reading the job back: if the outcome
+        committed, the block simply succeeded.
         """
+        try:
+            async with self._transaction(finish=finish) as conn:
+                yield conn
+        except Exception as exc:
+            mapped = map_error(exc)
+            if not isinstance(mapped, ConnectionFailed):
+                raise
+            if finish and await self._finished_here():
+                log.warning(
+                    "job=%d token=%d: connection lost at commit, but the outcome committed",
+                    self.claim.job_id,
+                    self.token,
+                )
+                return
+            raise mapped from exc
+
+    async def _finished_here(self) -> bool:
+        """Whether this execution's `finish=True` outcome is in the database (asked a
+        few times: the connection was just lost, the server may be restarting)."""
+        backoff = Backoff()
+        for _ in range(FINISH_CHECKS):
+            try:
+                row = await self.pool.fetchrow(queries.sql("lease_job_states"), [self.claim.job_id])
+            except Exception as exc:
+                if map_error(exc) is None:
+                    raise
+                await backoff.sleep()
+                continue
+            return bool(
+                row is not None
+                and row["state"] == "succeeded"
+                and row["lease_version"] == self.claim.lease_version
+            )
+        return False
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, *, finish: bool) -> AsyncIterator[Connection]:
         async with self.pool.acquire() as conn, conn.transaction():
             held = await conn.fetchval(
                 queries.sql("lease_lock_for_handler"),

@@ -8,6 +8,7 @@ claimer can count free slots.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib
 import inspect
@@ -29,6 +30,7 @@ from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, StartRep
 from fleetq.runner import executor, metrics
 from fleetq.runner.context import JobContext
 from fleetq.runner.journal import Journal
+from fleetq.runner.loops import persist
 from fleetq.runner.reporter import Reporter
 from fleetq.runner.staging import Staging, StagingFailed
 
@@ -95,6 +97,8 @@ class Toolkit:
     operation: Callable[[str, str], Awaitable[Operation | None]]
     journal: Journal
     adopt: bool = False  # --orphans adopt: commands run wrapped and outlive the runner
+    # set when the runner shuts down: writes that retry until they land give up then
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 async def carry_out(ex: Execution, kit: Toolkit) -> None:
@@ -118,6 +122,17 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
         await _record(ex, kit, executor.Finished(Outcome.REFUSED, reason=str(exc)))
         return
     prepare_ms = int((time.monotonic() - t0) * 1000)
+    if ex.stop.is_set():
+        # cancelled, superseded or self-fenced while its tree was being staged: nothing
+        # may run now (the stop is confirmed by the runner as for a running job)
+        log.info(
+            "not launching job=%d token=%d: stop requested while staging (%s)",
+            claim.job_id,
+            claim.lease_version,
+            ex.stop_reason,
+        )
+        kit.staging.discard(tree)
+        return
     kit.journal.launching(claim.job_id, claim.lease_version, str(ex.run_id), str(tree))
     status_file = kit.logs / f"{name}.status" if kit.adopt else None
     finished = await executor.run_command(
@@ -202,6 +217,9 @@ async def _record(
     ex.signal = finished.signal
     if finished.reason == "stop-unconfirmed":
         ex.stop_unconfirmed = True
+    if finished.lost is not None:
+        await _report_lost(ex, kit, finished.lost)
+        return
     if finished.outcome is None:
         log.info("stopped job=%d token=%d reason=%s", c.job_id, c.lease_version, ex.stop_reason)
         return
@@ -227,6 +245,22 @@ async def _record(
         finished.exit_code,
         status,
     )
+
+
+async def _report_lost(ex: Execution, kit: Toolkit, reason: str) -> None:
+    """A run cut off by a transient failure: requeued once, then failed as lost; a
+    stale answer means the job had moved on (an outcome that did commit stands)."""
+    c = ex.claim
+    log.warning("job=%d token=%d lost: %s", c.job_id, c.lease_version, reason)
+
+    async def write() -> None:
+        with contextlib.suppress(StaleLease):
+            status = await leasing.report_lost(
+                kit.driver, runner=kit.runner, job_id=c.job_id, token=c.lease_version, reason=reason
+            )
+            log.info("job=%d token=%d reported lost: %s", c.job_id, c.lease_version, status)
+
+    await persist(f"loss of job={c.job_id}", write, kit.stopping)
 
 
 def run_name(job_id: int, token: int, run_id: uuid.UUID) -> str:

@@ -26,9 +26,10 @@ from typing import Protocol
 
 import psutil
 
-from fleetq.core.errors import StaleLease
+from fleetq.core.errors import ConnectionFailed, StaleLease
 from fleetq.core.models import Outcome
 from fleetq.runner import orphans
+from fleetq.runner.loops import environmental
 
 TAIL_BYTES = 4096
 STOP_GRACE_S = 5.0
@@ -47,6 +48,9 @@ class Finished:
     reason: str | None = None
     log_tail: str = ""
     run_ms: int = 0
+    # The run was cut off by the world, not by the job: a lost database connection. No
+    # outcome is written; the run is reported lost (requeued once, then failed as lost).
+    lost: str | None = None
 
 
 OnStart = Callable[[int, datetime], Awaitable[None]]
@@ -76,6 +80,8 @@ async def run_command(
     records its exit status there, and it is not tied to the runner's life: a restarted
     runner can adopt it.
     """
+    if stop.is_set():  # asked to stop before it ever ran: launch nothing
+        return Finished(None, reason="stopped before launch")
     argv = shlex.split(command)
     if status_file is not None:
         argv = [sys.executable, "-m", "fleetq.runner.wrap", str(status_file), "--", *argv]
@@ -188,7 +194,9 @@ async def run_handler(
         return Finished(None, reason="stopped", run_ms=_since(started))
     except StaleLease:
         return Finished(None, reason="stale", run_ms=_since(started))
-    except Exception:
+    except Exception as exc:
+        if isinstance(environmental(exc), ConnectionFailed):
+            return Finished(None, lost=f"database connection lost in the handler: {exc}")
         return Finished(
             Outcome.FAILED,
             reason="exception",

@@ -1,11 +1,15 @@
 """The runner's composition root: one TaskGroup of named loops around local executions.
 
 Loops: a claim loop per lane (a long `checks` job never delays a `control` operation),
-the LISTEN connection (wake-ups and operator control), the heartbeat (leases and
-liveness, and following the runner's own row), the reporter (batched outcomes) and a
-reaper pass (one leader fleet-wide). Shutdown: stop claiming, let running jobs finish
-up to the grace period, stop the rest and hand their leases back so they are requeued
-at once, flush outcomes, and say offline.
+the LISTEN connection (wake-ups, operator control, and the lock on the runner id), the
+heartbeat (leases and liveness, and following the runner's own row), the reporter
+(batched outcomes) and a reaper pass (one leader fleet-wide). Shutdown: stop claiming,
+let running jobs finish up to the grace period, stop the rest and hand their leases back
+so they are requeued at once, flush outcomes, and say offline.
+
+Errors (`loops`): start-up waits for a database that is not there yet; every loop logs
+a database error and tries again with backoff. Only a bug in fleetq ends a loop, and
+then the runner shuts down at once the same way, leases handed back, exit status 70.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ import asyncpg
 
 from fleetq import __version__
 from fleetq.core import fleet, leasing, migrate, queries
-from fleetq.core.driver import AsyncpgDriver, prepare_asyncpg
-from fleetq.core.errors import FleetqError, StaleLease
+from fleetq.core.db import dsn_settings
+from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg
+from fleetq.core.errors import ConnectionFailed, FleetqError, StaleLease
 from fleetq.core.models import (
     Claim,
     FencingToken,
@@ -36,7 +41,7 @@ from fleetq.core.models import (
     RunnerState,
     StartReport,
 )
-from fleetq.runner import metrics, orphans
+from fleetq.runner import identity, loops, metrics, orphans
 from fleetq.runner.collection import collect
 from fleetq.runner.config import RunnerConfig
 from fleetq.runner.execution import Execution, Operation, Toolkit, carry_on, carry_out
@@ -47,16 +52,16 @@ from fleetq.runner.staging import Staging
 log = logging.getLogger(__name__)
 
 # Runner sessions never hold a transaction or a lock for long (DESIGN: every call has a
-# client timeout too, in the driver).
+# client timeout too, in the driver). Settings named in the DSN's query
+# (`?lock_timeout=2000`) take precedence over these.
 SESSION_SETTINGS = {
     "statement_timeout": "30000",
     "lock_timeout": "10000",
     "idle_in_transaction_session_timeout": "60000",
     "application_name": "fleetq-runner",
 }
-LISTEN_SETTINGS = {**SESSION_SETTINGS, "application_name": "fleetq-runner-listen"}
-BACKOFF_MAX_S = 5.0
 PING_S = 10.0
+EXIT_BUG = 70  # EX_SOFTWARE: a bug in fleetq ended the runner (leases were handed back)
 
 
 class RunnerService:
@@ -74,6 +79,9 @@ class RunnerService:
         self.immediate_requested = asyncio.Event()
         self.done = asyncio.Event()
         self.lease_seconds = 30
+        self.offline_after_seconds = 30
+        self.exit_code = 0
+        self._token = identity.new_token()
         self._operations: dict[tuple[str, str], Operation] = {}
         # runs replaced by this runner's own newer claim of their job, until they end
         self._superseded: set[asyncio.Task[None]] = set()
@@ -97,74 +105,143 @@ class RunnerService:
                 "could not become a child subreaper: orphaned job processes would "
                 "be reparented to init"
             )
+        self.dsn = dsn
+        self.session_settings = {
+            k: v for k, v in SESSION_SETTINGS.items() if k not in dsn_settings(dsn)
+        }
+        # min_size=0: creating the pool connects nothing, so a database that is not there
+        # yet shows up in start-up's first statement, which waits for it.
         # reset=_keep_session: the runner's pooled sessions never LISTEN, SET or hold
         # session locks, so asyncpg's reset on release (a round trip per call) is waste.
         pool = await asyncpg.create_pool(
             dsn,
-            min_size=1,
+            min_size=0,
             max_size=4 + len(self.config.lanes),
             init=prepare_asyncpg,
             reset=_keep_session,
-            server_settings=SESSION_SETTINGS,
+            server_settings=self.session_settings,
         )
         self.driver = AsyncpgDriver(pool)
+        self.reporter = Reporter(self.driver, self.runner)
+        directory = self.config.directory()
+        self.kit = Toolkit(
+            driver=self.driver,
+            pool=pool,
+            runner=self.runner,
+            node=self.config.node,
+            staging=Staging(directory),
+            reporter=self.reporter,
+            logs=directory / "logs",
+            keep_failed=self.config.keep_failed,
+            operation=self._operation,
+            journal=Journal(directory / "journal.jsonl"),
+            adopt=self.config.orphans == "adopt",
+            stopping=self.shutdown_requested,
+        )
         try:
-            await migrate.require_current_async(self.driver)
-            await self._register()
-            self.reporter = Reporter(self.driver, self.runner)
-            directory = self.config.directory()
-            self.kit = Toolkit(
-                driver=self.driver,
-                pool=pool,
-                runner=self.runner,
-                node=self.config.node,
-                staging=Staging(directory),
-                reporter=self.reporter,
-                logs=directory / "logs",
-                keep_failed=self.config.keep_failed,
-                operation=self._operation,
-                journal=Journal(directory / "journal.jsonl"),
-                adopt=self.config.orphans == "adopt",
-            )
-            collected = await collect(
-                self.driver, self.runner, self.kit.journal, adopt=self.kit.adopt
-            )
-            for entry in collected.adopted:
-                await self._adopt(entry)
-            if collected.lost or collected.stops_confirmed or collected.superseded_closed:
-                log.info(
-                    "collection pass: %d reported lost, %d stops confirmed, %d superseded "
-                    "executions closed",
-                    collected.lost,
-                    collected.stops_confirmed,
-                    collected.superseded_closed,
-                )
+            listener = await self._start_up()
+            if listener is None:
+                log.info("shut down before the database answered")
+                return 0
             reporter_stop = asyncio.Event()
+            guard = self._guarded
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._listen(dsn), name="listener")
+                tg.create_task(guard("listener", self._listen(listener)), name="listener")
                 self.claimers = [
-                    tg.create_task(self._claim_loop(lane), name=f"claim:{lane}")
+                    tg.create_task(guard(f"claim:{lane}", self._claim_loop(lane)), name=lane)
                     for lane in self.config.lanes
                 ]
-                beat = max(0.2, self.lease_seconds / 3)
-                tg.create_task(
-                    self._every(beat, "heartbeat", self._heartbeat_once), name="heartbeat"
-                )
-                tg.create_task(
-                    self._every(self.config.reap_interval_s, "reap", self._reap_once), name="reaper"
-                )
-                tg.create_task(
-                    self._every(0.25, "self-fence", self._self_fence_once), name="self-fence"
-                )
-                tg.create_task(
-                    self._every(self.lease_seconds, "collection", self._strays_once),
-                    name="collection",
-                )
-                tg.create_task(self.reporter.run(reporter_stop), name="reporter")
+                for name, interval, work in (
+                    ("heartbeat", self._beat_s, self._heartbeat_once),
+                    ("reap", lambda: self.config.reap_interval_s, self._reap_once),
+                    ("self-fence", lambda: 0.25, self._self_fence_once),
+                    ("collection", lambda: self.lease_seconds, self._strays_once),
+                ):
+                    tg.create_task(guard(name, loops.every(interval, name, work, self.done)))
+                tg.create_task(guard("reporter", self.reporter.run(reporter_stop)))
                 await self._shutdown(reporter_stop)
-            return 0
+            return self.exit_code
         finally:
             await self.driver.close()
+
+    async def _start_up(self) -> asyncpg.Connection | None:
+        """Check the schema, take the runner id, register and settle what an earlier
+        process left; a database that cannot be reached yet is waited for, saying so.
+        Returns the LISTEN connection (None: shut down while waiting)."""
+        backoff = loops.Backoff()
+        while not self.shutdown_requested.is_set():
+            listener: asyncpg.Connection | None = None
+            try:
+                await migrate.require_current_async(self.driver)
+                listener = await self._connect_listener()
+                await self._register()
+                await self._collect()
+                return listener
+            except Exception as exc:
+                if listener is not None:
+                    await _close_quietly(listener)
+                error = loops.environmental(exc)
+                if error is None:
+                    raise
+                if not isinstance(error, ConnectionFailed):
+                    raise error from exc  # misconfiguration: say it and exit
+                delay = backoff.next()
+                log.warning("waiting for the database (%s); retrying in %.1fs", error, delay)
+                await loops.wait_or(self.shutdown_requested, delay)
+        return None
+
+    async def _connect_listener(self) -> asyncpg.Connection:
+        """The dedicated LISTEN connection, holding the lock on this runner's id."""
+        name = identity.application_name(self._token)
+        with mapped_errors():
+            conn = await asyncpg.connect(
+                self.dsn,
+                timeout=10,
+                server_settings={**self.session_settings, "application_name": name},
+            )
+        try:
+            with mapped_errors():
+                await identity.take(conn, self.runner, name)
+        except BaseException:
+            await _close_quietly(conn)
+            raise
+        return conn
+
+    async def _collect(self) -> None:
+        collected = await collect(self.driver, self.runner, self.kit.journal, adopt=self.kit.adopt)
+        for entry in collected.adopted:
+            if entry.job_id not in self.executions:  # not adopted by an earlier try
+                await self._adopt(entry)
+        if collected.lost or collected.stops_confirmed or collected.superseded_closed:
+            log.info(
+                "collection pass: %d reported lost, %d stops confirmed, %d superseded "
+                "executions closed",
+                collected.lost,
+                collected.stops_confirmed,
+                collected.superseded_closed,
+            )
+
+    async def _guarded(self, what: str, work: Awaitable[None]) -> None:
+        """Run one loop; a bug that ends it ends the runner, leases handed back first."""
+        try:
+            await work
+        except Exception as exc:
+            log.critical(
+                "bug in fleetq: %s ended with %r; stopping every job, handing leases back "
+                "and exiting",
+                what,
+                exc,
+                exc_info=exc,
+            )
+            self.exit_code = EXIT_BUG
+            if what == "reporter":
+                self.reporter.abandon(exc)
+            self.request_shutdown()
+            self.request_shutdown()  # the second request stops running jobs at once
+
+    def _beat_s(self) -> float:
+        """Renew often enough for the lease and for the offline threshold alike."""
+        return max(0.2, min(self.lease_seconds, self.offline_after_seconds) / 3)
 
     async def _register(self) -> None:
         c = self.config
@@ -183,6 +260,7 @@ class RunnerService:
         )
         rows = await self.driver.fetch(queries.sql("runners_lease_seconds"))
         self.lease_seconds = int(rows[0]["lease_seconds"])
+        self.offline_after_seconds = int(rows[0]["offline_after_seconds"])
         await self._follow_state()
         lanes = " ".join(f"{lane}={slots}" for lane, slots in sorted(c.lanes.items()))
         log.info(
@@ -216,7 +294,7 @@ class RunnerService:
         if self.tasks or self._superseded:
             await asyncio.wait([*self.tasks.values(), *self._superseded])
         for ex in leftovers:
-            with contextlib.suppress(FleetqError):
+            with contextlib.suppress(FleetqError):  # the lease then expires instead
                 await leasing.release(
                     self.driver,
                     runner=self.runner,
@@ -251,7 +329,7 @@ class RunnerService:
     async def _claim_loop(self, lane: str) -> None:
         wake = self.wakes[lane]
         claim_id = uuid.uuid4()
-        failures = 0
+        backoff = loops.Backoff()
         while not self.shutdown_requested.is_set():
             wake.clear()  # before claiming: a hint that arrives meanwhile is not lost
             free = self.config.lanes[lane] - self._running_in(lane)
@@ -261,13 +339,16 @@ class RunnerService:
                     claims = await leasing.claim(
                         self.driver, runner=self.runner, lane=lane, limit=limit, claim_id=claim_id
                     )
-                except FleetqError as exc:
+                except Exception as exc:
+                    if (error := loops.environmental(exc)) is None:
+                        raise
                     # same claim id on retry: a claim that committed is returned, not lost
-                    failures += 1
-                    log.warning("claim failed lane=%s (%s); retrying", lane, exc)
-                    await asyncio.sleep(min(BACKOFF_MAX_S, 0.1 * 2**failures))
+                    delay = await backoff.sleep(self.shutdown_requested)
+                    log.warning(
+                        "claim failed lane=%s (%s); retried after %.1fs", lane, error, delay
+                    )
                     continue
-                failures = 0
+                backoff.reset()
                 claim_id = uuid.uuid4()
                 metrics.CLAIMS.labels(lane).inc(len(claims))
                 for c in claims:
@@ -316,11 +397,15 @@ class RunnerService:
         if ex.stop_unconfirmed:
             reason = f"stop-unconfirmed: job {ex.claim.job_id}"
             log.error("%s: its process group survived SIGKILL; draining this runner", reason)
-            await self._persist(reason, lambda: self._drain_self(reason))
+            await loops.persist(reason, lambda: self._drain_self(reason), self.shutdown_requested)
             return  # not confirmed, so the job keeps showing "stop pending"
         if ex.stop_reason in ("cancelled", "superseded", "stale", "self_fenced"):
             reason = "superseded" if ex.stop_reason == "stale" else ex.stop_reason
-            await self._persist(f"stop of job={ex.claim.job_id}", lambda: self._confirm(ex, reason))
+            await loops.persist(
+                f"stop of job={ex.claim.job_id}",
+                lambda: self._confirm(ex, reason),
+                self.shutdown_requested,
+            )
         if ex.stop_reason is not None:
             self.kit.journal.ended(ex.claim.job_id, ex.claim.lease_version)
 
@@ -404,22 +489,6 @@ class RunnerService:
                     reason="self-fenced",
                 )
 
-    async def _persist(self, what: str, write: Callable[[], Awaitable[None]]) -> None:
-        """Retry a write that must reach the database (it may be down right now) until it
-        does, or until the runner shuts down."""
-        delay = 0.1
-        while True:
-            try:
-                await write()
-                return
-            except FleetqError as exc:
-                if self.shutdown_requested.is_set():
-                    log.warning("could not record %s before shutting down: %s", what, exc)
-                    return
-                log.warning("recording %s failed (%s); retrying", what, exc)
-                await asyncio.sleep(delay)
-                delay = min(BACKOFF_MAX_S, delay * 2)
-
     async def _strays_once(self) -> None:
         """The periodic collection pass: what the database says this runner holds but
         nothing here runs (say, a claim whose reply was lost for good) is settled now
@@ -484,19 +553,6 @@ class RunnerService:
 
     # -- leases, state, wake-ups -------------------------------------------------------
 
-    async def _every(self, interval: float, what: str, work: Callable[[], Awaitable[None]]) -> None:
-        """Run `work` every `interval` seconds until the runner is done; a failure is
-        logged and the next round tries again (the database may be back by then)."""
-        while not self.done.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.done.wait(), interval)
-            if self.done.is_set():
-                return
-            try:
-                await work()
-            except FleetqError as exc:
-                log.warning("%s failed (%s)", what, exc)
-
     async def _heartbeat_once(self) -> None:
         leases = [(j, ex.claim.lease_version) for j, ex in self.executions.items()]
         sent = time.monotonic()
@@ -551,21 +607,31 @@ class RunnerService:
         for wake in self.wakes.values():
             wake.set()
 
-    async def _listen(self, dsn: str) -> None:
-        """A dedicated LISTEN connection (never pooled: a pool runs UNLISTEN * on release),
-        re-established after a drop; after each (re)connect every lane polls once, so a
-        notification missed meanwhile costs nothing."""
-        failures = connects = 0
+    async def _listen(self, first: asyncpg.Connection) -> None:
+        """The dedicated LISTEN connection (never pooled: a pool runs UNLISTEN * on
+        release), re-established after a drop, with the runner id's lock taken again;
+        after each (re)connect every lane polls once, so a notification missed meanwhile
+        costs nothing."""
+        conn: asyncpg.Connection | None = first
+        backoff = loops.Backoff()
+        connects = 0
         while not self.done.is_set():
+            if conn is None:
+                try:
+                    conn = await self._connect_listener()
+                except identity.RunnerIdInUse as exc:
+                    log.critical("%s; shutting down (this process no longer owns it)", exc)
+                    self.exit_code = 1
+                    self.request_shutdown()
+                    return
+                except Exception as exc:
+                    if (error := loops.environmental(exc)) is None:
+                        raise
+                    delay = await backoff.sleep(self.done)
+                    log.warning("LISTEN connection failed (%s); retried after %.1fs", error, delay)
+                    continue
+            backoff.reset()
             lost = asyncio.Event()
-            try:
-                conn = await asyncpg.connect(dsn, timeout=10, server_settings=LISTEN_SETTINGS)
-            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-                failures += 1
-                log.warning("LISTEN connection failed (%s); retrying", exc)
-                await asyncio.sleep(min(BACKOFF_MAX_S, 0.1 * 2**failures))
-                continue
-            failures = 0
             try:
                 conn.add_termination_listener(functools.partial(_set_event, lost))
                 await conn.add_listener("fleetq_work", self._on_work)
@@ -575,11 +641,13 @@ class RunnerService:
                 connects += 1
                 self._wake_all()
                 await self._watch(conn, lost)
-            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-                log.warning("LISTEN connection lost (%s); reconnecting", exc)
+            except Exception as exc:
+                if (error := loops.environmental(exc)) is None:
+                    raise
+                log.warning("LISTEN connection lost (%s); reconnecting", error)
             finally:
-                with contextlib.suppress(Exception):
-                    await conn.close(timeout=2)
+                await _close_quietly(conn)
+                conn = None
 
     async def _watch(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
         while not self.done.is_set() and not lost.is_set():
@@ -611,8 +679,11 @@ class RunnerService:
     async def _quietly(self, coro: Any) -> None:
         try:
             await coro
-        except (FleetqError, StaleLease) as exc:
-            log.warning("control action failed: %s", exc)
+        except Exception as exc:
+            if (error := loops.environmental(exc)) is None:
+                await self._guarded("a control action", _reraise(exc))
+                return
+            log.warning("control action failed: %s", error)
 
     @property
     def _background(self) -> set[asyncio.Task[None]]:
@@ -627,6 +698,15 @@ async def _keep_session(_conn: asyncpg.Connection) -> None:
 
 def _set_event(event: asyncio.Event, _conn: object) -> None:
     event.set()
+
+
+async def _close_quietly(conn: asyncpg.Connection) -> None:
+    with contextlib.suppress(Exception):
+        await conn.close(timeout=2)
+
+
+async def _reraise(exc: BaseException) -> None:
+    raise exc
 
 
 def install_signals(service: RunnerService, add: Callable[[int, Callable[[], None]], None]) -> None:

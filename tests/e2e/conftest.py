@@ -92,6 +92,9 @@ handler = "tests.handlers:record_effect_exactly_once"
 [projects.repo.operations.forever]
 lane = "checks"
 handler = "tests.handlers:wait_forever"
+[projects.repo.operations.stall]
+lane = "control"
+handler = "tests.handlers:effect_then_stall"
 """
 
 
@@ -139,6 +142,7 @@ def start_runner(fleet_dsn: str, tmp_path: Path) -> Iterator[StartRunner]:
         lanes: tuple[str, ...] = ("checks=2", "control=1"),
         extra: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        dsn: str | None = None,
     ) -> RunnerProcess:
         log = tmp_path / f"{node}-{name}.log"
         argv = [
@@ -146,7 +150,7 @@ def start_runner(fleet_dsn: str, tmp_path: Path) -> Iterator[StartRunner]:
             "-m",
             "fleetq.runner",
             "--dsn",
-            fleet_dsn,
+            dsn or fleet_dsn,
             "--node",
             node,
             "--name",

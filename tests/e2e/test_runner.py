@@ -236,7 +236,7 @@ def test_a_dropped_listen_connection_is_reestablished(
 def _listeners(conn: SyncConnection) -> list[tuple[object, ...]]:
     return conn.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-        "AND application_name = 'fleetq-runner-listen'"
+        "AND application_name LIKE 'fleetq-runner-listen %'"
     ).fetchall()
 
 

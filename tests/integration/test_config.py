@@ -166,3 +166,11 @@ def test_cli_apply_refuses_an_unmigrated_database(empty_dsn: str) -> None:
     )
     assert run.returncode == 1
     assert "run `fleetq migrate`" in run.stderr
+
+
+@pytest.mark.parametrize("name", ["lease_seconds", "runner_offline_after_seconds"])
+def test_a_setting_too_short_for_renewals_is_refused(tmp_path: Path, name: str) -> None:
+    """`lease_seconds = 1` made every execution fence itself at once (36 in 10 s)."""
+    path = _write(tmp_path, f"[settings]\n{name} = 1\n")
+    with pytest.raises(ConfigError, match="at least 3 seconds"):
+        config.load(path)

@@ -25,5 +25,27 @@ ORDER BY r.id;
 SELECT state, state_reason FROM fleetq.runners WHERE id = $1::text;
 
 -- name: runners_lease_seconds
--- The lease length runners heartbeat against.
-SELECT fleetq.setting_int('lease_seconds') AS lease_seconds;
+-- The lease length runners heartbeat against, and how long a silent runner stays
+-- online (a runner renews often enough for both).
+SELECT fleetq.setting_int('lease_seconds') AS lease_seconds,
+       fleetq.setting_int('runner_offline_after_seconds') AS offline_after_seconds;
+
+-- name: runners_take_identity
+-- One process per runner id: a session advisory lock, held by the runner's LISTEN
+-- connection. $1 lock class (fleetq's), $2 runner
+SELECT pg_try_advisory_lock($1::integer, hashtext($2::text)) AS taken;
+
+-- name: runners_identity_holder
+-- The session holding a runner id's lock, to name it in the refusal. $1 class, $2 runner
+SELECT a.pid, a.application_name, host(a.client_addr) AS client_addr, a.backend_start
+FROM pg_locks l
+JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid = $1::integer::oid AND l.objid = hashtext($2::text)::oid
+  AND l.pid <> pg_backend_pid();
+
+-- name: runners_end_session
+-- End a session this very process left behind on the server (a partition outlived
+-- by its backend), so that it gives the runner id's lock up. $1 backend pid
+SELECT pg_terminate_backend($1::integer) AS ended;

@@ -1,0 +1,68 @@
+"""One process per runner id: a session advisory lock on the runner's LISTEN connection.
+
+Why: two processes serving one runner id each find the other's leases "held but not
+running here" and report healthy jobs lost (a rolling restart that starts the new
+process before the old one has exited does this). So a runner takes a lock named after
+its id before it registers, and a second process is refused while the first is alive,
+naming the session that holds it. The lock lives on the dedicated LISTEN connection
+(never pooled, so never shared); after that connection is re-established it is taken
+again. A session this same process left on the server (a partition the backend
+outlived) is recognised by its `application_name`, which carries a per-process token,
+and ended; any other holder is a second process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+import asyncpg
+
+from fleetq.core import queries
+from fleetq.core.errors import FleetqError
+
+log = logging.getLogger(__name__)
+
+LOCK_CLASS = 0x666C71  # "flq": keeps runner-id locks apart from other advisory locks
+
+
+class RunnerIdInUse(FleetqError):
+    """Another process already serves this runner id."""
+
+
+def application_name(token: str | None = None) -> str:
+    """The LISTEN session's name: fleetq's, with this process's token."""
+    return f"fleetq-runner-listen {token or new_token()}"
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+async def take(conn: asyncpg.Connection, runner: str, own_application: str) -> None:
+    """Take the runner id's lock on `conn`, or raise `RunnerIdInUse`."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if await conn.fetchval(queries.sql("runners_take_identity"), LOCK_CLASS, runner):
+            return
+        holder = await conn.fetchrow(queries.sql("runners_identity_holder"), LOCK_CLASS, runner)
+        if holder is None:
+            continue  # released between the two statements: try again
+        if holder["application_name"] == own_application:
+            log.warning(
+                "ending this runner's own earlier database session (pid %d) that still "
+                "holds its runner id",
+                holder["pid"],
+            )
+            await conn.fetchval(queries.sql("runners_end_session"), holder["pid"])
+            await asyncio.sleep(0.1)  # the lock goes when that backend has exited
+            continue
+        where = f" from {holder['client_addr']}" if holder["client_addr"] else " (local socket)"
+        raise RunnerIdInUse(
+            f"runner {runner} is already served by another process (its database session: "
+            f"pid {holder['pid']}{where}, connected {holder['backend_start']:%Y-%m-%d %H:%M:%S}); "
+            "stop that process first, or give this one another --name"
+        )
+    raise RunnerIdInUse(f"could not take runner id {runner}: its lock keeps changing hands")

@@ -1,0 +1,210 @@
+"""The runner process under faults (issue 12): it carries on, waits or refuses, and is
+never ended by what the world does to it. Each test failed on the runner before it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import pytest
+
+from fleetq.cli.main import main as fleetq
+from fleetq.core.db import SyncConnection, connect
+from fleetq.core.embedded import EmbeddedServer
+from tests.e2e.conftest import ROOT, Repo, StartRunner, job_state, wait_until
+from tests.e2e.test_faults import _fleet
+from tests.e2e.test_runner import _submit
+
+pytestmark = pytest.mark.slow
+
+
+def _with_settings(dsn: str, **settings: str) -> str:
+    """The DSN with session settings in its query (the runner's defaults yield to them)."""
+    parts = urlsplit(dsn)
+    query = "&".join(q for q in (parts.query, urlencode(settings)) if q)
+    return urlunsplit(parts._replace(query=query))
+
+
+def _spawn(
+    dsn: str, tmp_path: Path, node: str, *lanes: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A runner `NODE/r` that may not get as far as serving."""
+    log = tmp_path / f"{node}-spawned.log"
+    argv = [
+        sys.executable,
+        "-m",
+        "fleetq.runner",
+        "--dsn",
+        dsn,
+        "--node",
+        node,
+        "--name",
+        "r",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--poll",
+        "0.2",
+        *[a for lane in lanes for a in ("--lane", lane)],
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    return proc, log
+
+
+def _one(conn: SyncConnection, sql: str, *params: object) -> object:
+    row = conn.execute(sql.encode(), list(params)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_a_lock_held_over_the_outcome_write_does_not_end_the_runner(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    """An operator holds a finished job's row (`SELECT … FOR UPDATE`) past the runner's
+    lock_timeout: the outcome write fails with 55P03. It ended the runner (rc 1), killing
+    its other job and losing the outcome; now it is retried until the row is free."""
+    runner = start_runner(dsn=_with_settings(fleet_dsn, lock_timeout="300"))
+    with connect(fleet_dsn, autocommit=True) as conn:
+        other = _submit(conn, "forever", repo.head)
+        job = _submit(conn, "sleep", repo.head)
+        wait_until(
+            lambda: (
+                job_state(conn, other) in ("claimed", "running")
+                and job_state(conn, job) == "running"
+            ),
+            what="both jobs to run",
+        )
+        with connect(fleet_dsn) as operator:  # a transaction, held open
+            operator.execute(b"SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [job])
+            wait_until(
+                lambda: "outcome write failed" in runner.output() or runner.proc.poll() is not None,
+                what="the outcome write to meet the lock",
+            )
+            assert runner.proc.poll() is None, runner.output()
+            operator.rollback()
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the outcome to land")
+        assert job_state(conn, other) in ("claimed", "running")
+    assert runner.proc.poll() is None
+    assert "Traceback" not in runner.output()
+
+
+def test_a_runner_started_before_its_database_waits_for_it(
+    own_server: EmbeddedServer, repo: Repo, tmp_path: Path
+) -> None:
+    """It exited rc 1 with a ConnectionRefusedError traceback; a service waits."""
+    dsn = _fleet(own_server, repo, tmp_path, lease=30)
+    own_server.stop()
+    waiting, log = _spawn(dsn, tmp_path, "waits", "checks=1", "control=1")
+    quitting, quit_log = _spawn(dsn, tmp_path, "quits", "control=1")
+    try:
+        for proc, path in ((waiting, log), (quitting, quit_log)):
+            wait_until(
+                lambda p=proc, f=path: (
+                    "waiting for the database" in f.read_text()  # type: ignore[misc]
+                    or p.poll() is not None
+                ),
+                what="the runner to say what it waits for",
+            )
+            assert proc.poll() is None, path.read_text()
+        quitting.send_signal(signal.SIGTERM)  # asked to stop while it waits: at once, rc 0
+        assert quitting.wait(timeout=30) == 0, quit_log.read_text()
+
+        own_server.ensure_running()
+        wait_until(lambda: "serving" in log.read_text(), what="the runner to serve", deadline_s=60)
+        with connect(dsn, autocommit=True) as conn:
+            job = _submit(conn, "ping", repo.head)
+            wait_until(lambda: job_state(conn, job) == "succeeded", what="a job to run")
+        assert waiting.poll() is None
+        assert "Traceback" not in log.read_text() + quit_log.read_text()
+    finally:
+        for proc in (waiting, quitting):
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+def test_a_second_process_with_the_same_runner_id_is_refused(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    """Two processes with one id each reported the other's leases lost; the second one is
+    now refused while the first lives, and says which session holds the id."""
+    first = start_runner()
+    with connect(fleet_dsn, autocommit=True) as conn:
+        job = _submit(conn, "sleep", repo.head)
+        wait_until(lambda: job_state(conn, job) == "running", what="the job to run")
+        second, log = _spawn(fleet_dsn, tmp_path, "node-a", "checks=2", "control=1")
+        assert second.wait(timeout=30) == 1, log.read_text()
+        assert "already served by another process" in log.read_text()
+        assert "Traceback" not in log.read_text()
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the job to finish")
+        assert _one(conn, "SELECT lost_count FROM fleetq.jobs WHERE id = $1", job) == 0
+    assert first.proc.poll() is None
+
+
+def test_a_handler_cut_off_by_a_lost_connection_runs_again(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    """asyncpg's own error escaped `ctx.transaction()` and the job failed for good
+    (`failed/exception`); a lost connection is now a lost run, requeued once."""
+    runner = start_runner()
+    with connect(fleet_dsn, autocommit=True) as conn:
+        job = _submit(conn, "stall", repo.head)
+        stalled = (
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query LIKE 'SELECT pg_sleep(60)%' AND pid <> pg_backend_pid()"
+        )
+        wait_until(
+            lambda: conn.execute(stalled.encode()).fetchone() is not None,
+            what="the handler to stall inside its transaction",
+        )
+        conn.execute(f"SELECT pg_terminate_backend(pid) FROM ({stalled}) s".encode())
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the job to run again")
+        assert _one(conn, "SELECT lost_count FROM fleetq.jobs WHERE id = $1", job) == 1
+        effects = conn.execute(b"SELECT job_id, token FROM effects").fetchall()
+        assert [tuple(e) for e in effects] == [(job, 2)]
+    assert runner.proc.poll() is None
+
+
+def test_a_job_cancelled_while_staging_is_never_launched(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    """It was launched 2.5 s after the cancel had committed; the stop request is now
+    checked right before launch. Staging is held by a `git` that waits for a file."""
+    hold = tmp_path / "hold-git"
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    real_git = shutil.which("git")
+    assert real_git
+    (shim / "git").write_text(
+        f'#!/bin/sh\nif [ -e "{hold}" ]; then touch "{hold}.reached"\n'
+        f'  while [ -e "{hold}" ]; do sleep 0.05; done\nfi\nexec "{real_git}" "$@"\n'
+    )
+    (shim / "git").chmod(0o755)
+    runner = start_runner(env={"PATH": f"{shim}:{os.environ['PATH']}"})
+    hold.touch()
+    with connect(fleet_dsn, autocommit=True) as conn:
+        job = _submit(conn, "sleep", repo.head)
+        wait_until(Path(f"{hold}.reached").exists, what="staging to begin")
+        assert fleetq(["--dsn", fleet_dsn, "cancel", str(job)]) == 0
+        wait_until(
+            lambda: f"stopping job={job} token=1: cancelled" in runner.output(),
+            what="the runner to hear of the cancel",
+        )
+        hold.unlink()
+        wait_until(
+            lambda: _one(conn, "SELECT reserved_on IS NULL FROM fleetq.jobs WHERE id = $1", job),
+            what="the stop to be confirmed",
+        )
+    journal = tmp_path / "work" / "node-a__r" / "journal.jsonl"
+    entries = (
+        [json.loads(line) for line in journal.read_text().splitlines()] if journal.exists() else []
+    )
+    assert [e for e in entries if e["job_id"] == job and e["op"] in ("launch", "pid")] == []
+    assert runner.proc.poll() is None

@@ -1,0 +1,76 @@
+"""The runner's loops: a database error is retried, a bug is not (issue 12)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from fleetq.core.driver import map_error
+from fleetq.core.errors import ConnectionFailed, FleetqError
+from fleetq.runner import loops
+
+
+def test_asyncpg_internal_state_errors_after_a_restart_are_connection_failures() -> None:
+    """`cannot switch to state 12; another operation (2) is in progress`, raised by
+    asyncpg during a PostgreSQL restart, ended the runner."""
+    exc = asyncpg.exceptions.InternalClientError(
+        "cannot switch to state 12; another operation (2) is in progress"
+    )
+    assert isinstance(map_error(exc), ConnectionFailed)
+    assert isinstance(loops.environmental(exc), ConnectionFailed)
+
+
+def test_a_bug_is_not_environmental() -> None:
+    assert loops.environmental(KeyError("oops")) is None
+    error = FleetqError("database error: lock timeout")
+    assert loops.environmental(error) is error
+
+
+async def test_every_retries_database_errors_and_keeps_going() -> None:
+    done = asyncio.Event()
+    calls: list[int] = []
+
+    async def work() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise FleetqError("database error: canceling statement due to lock timeout")
+        if len(calls) == 2:
+            raise asyncpg.exceptions.InternalClientError("cannot switch to state 12")
+        if len(calls) == 4:
+            done.set()
+
+    await asyncio.wait_for(loops.every(0.01, "test", work, done), 10)
+    assert len(calls) == 4
+
+
+async def test_every_lets_a_bug_end_the_loop() -> None:
+    async def work() -> None:
+        raise KeyError("a bug in fleetq")
+
+    with pytest.raises(KeyError):
+        await asyncio.wait_for(loops.every(0.01, "test", work, asyncio.Event()), 10)
+
+
+async def test_persist_gives_up_only_when_told() -> None:
+    give_up = asyncio.Event()
+    tries = 0
+
+    async def write() -> None:
+        nonlocal tries
+        tries += 1
+        if tries == 3:
+            give_up.set()
+        raise ConnectionFailed("down")
+
+    assert await asyncio.wait_for(loops.persist("a stop", write, give_up), 10) is False
+    assert tries == 3
+
+
+def test_backoff_grows_to_its_cap_and_resets() -> None:
+    backoff = loops.Backoff(first=0.1, cap=1.0)
+    delays = [backoff.next() for _ in range(8)]
+    assert delays[0] < 0.2 and 0.8 <= delays[-1] <= 1.2
+    backoff.reset()
+    assert backoff.next() < 0.2
