@@ -1,1 +1,5 @@
-"""`fleetq-console`: the operator's live Textual view of the fleet (arrives with its issue)."""
+"""`fleetq-console`: the operator's live Textual view of the fleet.
+
+`app` holds the views and key bindings, `live` follows LISTEN/NOTIFY, `source` reads the
+core read models, `views/` draws each screen, and `dialogs` asks before every action.
+"""

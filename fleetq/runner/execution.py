@@ -25,7 +25,7 @@ import asyncpg
 
 from fleetq.core import leasing
 from fleetq.core.driver import Driver
-from fleetq.core.errors import ConnectionFailed, StaleLease
+from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, StartReport
 from fleetq.runner import executor, metrics
 from fleetq.runner.context import JobContext
@@ -204,9 +204,10 @@ async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_
     except StaleLease:
         metrics.STALE.labels("start").inc()
         ex.request_stop("stale")
-    except ConnectionFailed as exc:
-        # The lease is still ours until it expires; heartbeats will tell. The reconciler
-        # (next issue) adopts a run whose start report was lost.
+    except FleetqError as exc:
+        # Any database error (connection lost, lock timeout): the lease is still ours
+        # until it expires, and the heartbeat will tell; the run stays supervised, and a
+        # restarted runner adopts a run whose start report was lost (collection).
         log.warning("start report failed job=%d: %s", ex.claim.job_id, exc)
 
 

@@ -104,7 +104,12 @@ async def run_command(
             return Finished(
                 Outcome.FAILED, reason="launch", log_tail=f"cannot run {argv[0]}: {exc.strerror}"
             )
-    await on_start(proc.pid, _process_start(proc.pid))
+    try:
+        await on_start(proc.pid, _process_start(proc.pid))
+    except BaseException:
+        # whatever ends supervision here must not leave the run behind, unwatched
+        await terminate_group(proc.pid, grace_s=STOP_GRACE_S)
+        raise
     waiter = asyncio.ensure_future(proc.wait())
     stopper = asyncio.ensure_future(stop.wait())
     try:
