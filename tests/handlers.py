@@ -41,3 +41,8 @@ async def effect_then_stall(ctx: JobContext) -> str:
         if ctx.token == 1:
             await conn.execute("SELECT pg_sleep(60)")
     return f"effect written under token {ctx.token}"
+
+
+async def own_oserror(ctx: JobContext) -> None:
+    """A handler failing with an OSError of its own (not a lost database connection)."""
+    raise FileNotFoundError(f"job {ctx.claim.job_id}: /no/such/file")

@@ -34,6 +34,10 @@ _FLEETQ_STATES: dict[str, type[errors.FleetqError]] = {
 }
 
 
+# lock_not_available (lock_timeout), serialization_failure, deadlock_detected
+_BUSY_STATES = frozenset({"55P03", "40001", "40P01"})
+
+
 class Driver(Protocol):
     """What the queue needs from a connection."""
 
@@ -55,6 +59,12 @@ def map_error(exc: BaseException) -> errors.FleetqError | None:
         return _FLEETQ_STATES[sqlstate](_primary_message(exc))
     if isinstance(exc, TimeoutError):
         return errors.QueryTimeout()
+    if isinstance(sqlstate, str) and (sqlstate in _BUSY_STATES or sqlstate[:2] == "53"):
+        return errors.DatabaseBusy(f"database busy: {_primary_message(exc)}")
+    if isinstance(exc, ValueError):
+        # asyncpg's DataError and ClientConfigurationError: arguments fleetq passed
+        # wrongly, checked before anything was sent. A bug, never retried as an outage.
+        return None
     # InternalClientError: asyncpg's protocol state after a connection broke mid-call
     # ("cannot switch to state 12; another operation is in progress"), seen during a
     # server restart; the connection is unusable, like a lost one.
@@ -111,7 +121,12 @@ class AsyncpgDriver:
     ) -> list[dict[str, Any]]:
         """Run one statement; return its rows as dicts."""
         with mapped_errors():
-            rows = await self.conn.fetch(query, *args, timeout=timeout)
+            if isinstance(self.conn, asyncpg.Pool):
+                # a pool may have to open a connection first: bound that wait too
+                async with self.conn.acquire(timeout=timeout) as conn:
+                    rows = await conn.fetch(query, *args, timeout=timeout)
+            else:
+                rows = await self.conn.fetch(query, *args, timeout=timeout)
         return [dict(row) for row in rows]
 
     async def close(self) -> None:

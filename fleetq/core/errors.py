@@ -56,6 +56,11 @@ class ConfigError(FleetqError):
     """A fleet configuration file is invalid; nothing was changed."""
 
 
+class DatabaseBusy(FleetqError):
+    """The database refused for now (a lock held past lock_timeout, a deadlock, a
+    serialization failure, no free connection); the same request may succeed later."""
+
+
 class QueryTimeout(ConnectionFailed):
     """The database did not answer in time; the statement may or may not have run."""
 

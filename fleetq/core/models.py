@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any, NewType
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 JobId = NewType("JobId", int)
 RunnerId = NewType("RunnerId", str)  # "node/name": stable across restarts
@@ -128,6 +128,13 @@ class OutcomeReport(_Row):
     log_tail: str = ""
     prepare_ms: int | None = None
     run_ms: int | None = None
+
+    @field_validator("reason", "log_tail")
+    @classmethod
+    def _storable(cls, value: str | None) -> str | None:
+        """PostgreSQL text cannot hold NUL, which job output may contain (`find -print0`):
+        one such tail made the whole outcome batch fail, again and again."""
+        return value.replace("\x00", "\ufffd") if value else value
 
 
 class CancelResult(_Row):

@@ -59,21 +59,21 @@ class JobContext:
         connection lost at commit is resolved by reading the job back: if the outcome
         committed, the block simply succeeded.
         """
+        body_done = False
         try:
             async with self._transaction(finish=finish) as conn:
                 yield conn
-        except Exception as exc:
-            mapped = map_error(exc)
-            if not isinstance(mapped, ConnectionFailed):
-                raise
-            if finish and await self._finished_here():
+                body_done = True
+        except ConnectionFailed as lost:
+            if finish and body_done and await self._finished_here():
                 log.warning(
-                    "job=%d token=%d: connection lost at commit, but the outcome committed",
+                    "job=%d token=%d: connection lost at commit, but the outcome committed (%s)",
                     self.claim.job_id,
                     self.token,
+                    lost,
                 )
                 return
-            raise mapped from exc
+            raise
 
     async def _finished_here(self) -> bool:
         """Whether this execution's `finish=True` outcome is in the database (asked a
@@ -96,26 +96,53 @@ class JobContext:
 
     @contextlib.asynccontextmanager
     async def _transaction(self, *, finish: bool) -> AsyncIterator[Connection]:
-        async with self.pool.acquire() as conn, conn.transaction():
-            held = await conn.fetchval(
-                queries.sql("lease_lock_for_handler"),
-                self.claim.job_id,
-                self.runner,
-                self.claim.lease_version,
-            )
-            if held is None:
-                raise StaleLease(self.claim.job_id, self.claim.lease_version, "handler write")
-            yield conn
-            if finish:
-                await conn.fetch(
-                    queries.sql("lease_complete"),
-                    self.runner,
-                    [self.claim.job_id],
-                    [self.claim.lease_version],
-                    ["succeeded"],
-                    [0],
-                    [None],
-                    ["finished in the handler's transaction"],
-                    [None],
-                    [None],
-                )
+        async with self.pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    yield await self._lock(conn)
+                    if finish:
+                        await self._finish(conn)
+            except Exception as exc:
+                # Only the loss of this transaction's own connection is fleetq's to
+                # explain; whatever else the handler's code raises passes through as is.
+                if _closed(conn):
+                    raise ConnectionFailed(
+                        f"the handler's database connection was lost: {exc}"
+                    ) from exc
+                raise
+
+    async def _lock(self, conn: Connection) -> Connection:
+        """Lock the job's row under our (owner, token), or raise `StaleLease`."""
+        held = await conn.fetchval(
+            queries.sql("lease_lock_for_handler"),
+            self.claim.job_id,
+            self.runner,
+            self.claim.lease_version,
+        )
+        if held is None:
+            raise StaleLease(self.claim.job_id, self.claim.lease_version, "handler write")
+        return conn
+
+    async def _finish(self, conn: Connection) -> None:
+        """The job's successful outcome, in the handler's transaction."""
+        await conn.fetch(
+            queries.sql("lease_complete"),
+            self.runner,
+            [self.claim.job_id],
+            [self.claim.lease_version],
+            ["succeeded"],
+            [0],
+            [None],
+            ["finished in the handler's transaction"],
+            [None],
+            [None],
+        )
+
+
+def _closed(conn: Connection) -> bool:
+    """Whether the transaction's connection is gone. A pool detaches the proxy of a
+    connection that closed under it, and then even asking raises."""
+    try:
+        return conn.is_closed()
+    except asyncpg.InterfaceError:
+        return True

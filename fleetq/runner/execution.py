@@ -31,7 +31,7 @@ from fleetq.runner import executor, metrics
 from fleetq.runner.context import JobContext
 from fleetq.runner.journal import Journal
 from fleetq.runner.loops import persist
-from fleetq.runner.reporter import Reporter
+from fleetq.runner.reporter import OutcomeNotRecorded, Reporter
 from fleetq.runner.staging import Staging, StagingFailed
 
 log = logging.getLogger(__name__)
@@ -64,9 +64,14 @@ class Execution:
     hook: Callable[[], None] | None = None
     stop_unconfirmed: bool = False  # a stop was asked, but the process group survived it
     signal: int | None = None  # the signal that ended the process, recorded with a stop
+    recorded: bool = False  # its outcome (or loss) is in the database
+    stop_grace_s: float = executor.STOP_GRACE_S  # SIGTERM to SIGKILL when stopped
 
-    def request_stop(self, reason: str) -> None:
-        """Ask the execution to stop (it no longer holds its lease, or we shut down)."""
+    def request_stop(self, reason: str, *, grace_s: float | None = None) -> None:
+        """Ask the execution to stop (it no longer holds its lease, or we shut down);
+        `grace_s` shortens the time a command gets between SIGTERM and SIGKILL."""
+        if grace_s is not None:
+            self.stop_grace_s = min(self.stop_grace_s, grace_s)
         if self.stop_reason is None:
             self.stop_reason = reason
         self.stop.set()
@@ -144,6 +149,7 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
         on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms),
         stop=ex.stop,
         status_file=status_file,
+        stop_grace_s=lambda: ex.stop_grace_s,
     )
     await _record(ex, kit, finished, prepare_ms=prepare_ms)
     if finished.outcome is not None:
@@ -234,7 +240,18 @@ async def _record(
         prepare_ms=prepare_ms,
         run_ms=finished.run_ms,
     )
-    status = await kit.reporter.record(report)
+    try:
+        status = await kit.reporter.record(report)
+    except OutcomeNotRecorded as exc:
+        log.error(
+            "%s job=%d token=%d not recorded (%s); it runs again after its lease",
+            finished.outcome,
+            c.job_id,
+            c.lease_version,
+            exc,
+        )
+        return
+    ex.recorded = True
     # handler jobs can run thousands a second: their success lines are debug (-v)
     level = logging.DEBUG if finished.exit_code == 0 and ex.pid is None else logging.INFO
     log.log(
@@ -260,6 +277,7 @@ async def _report_lost(ex: Execution, kit: Toolkit, reason: str) -> None:
                 kit.driver, runner=kit.runner, job_id=c.job_id, token=c.lease_version, reason=reason
             )
             log.info("job=%d token=%d reported lost: %s", c.job_id, c.lease_version, status)
+        ex.recorded = True
 
     await persist(f"loss of job={c.job_id}", write, kit.stopping)
 
@@ -281,6 +299,7 @@ async def carry_on(ex: Execution, kit: Toolkit, *, started_at: float) -> None:
         log_path=kit.logs / f"{name}.log",
         timeout_s=remaining,
         stop=ex.stop,
+        stop_grace_s=lambda: ex.stop_grace_s,
     )
     await _record(ex, kit, finished)
     if finished.outcome is not None:

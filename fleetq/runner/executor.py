@@ -29,7 +29,6 @@ import psutil
 from fleetq.core.errors import ConnectionFailed, StaleLease
 from fleetq.core.models import Outcome
 from fleetq.runner import orphans
-from fleetq.runner.loops import environmental
 
 TAIL_BYTES = 4096
 STOP_GRACE_S = 5.0
@@ -73,6 +72,7 @@ async def run_command(
     on_start: OnStart,
     stop: asyncio.Event,
     status_file: Path | None = None,
+    stop_grace_s: Callable[[], float] = lambda: STOP_GRACE_S,
 ) -> Finished:
     """Run a command to its end, its timeout, or a stop request.
 
@@ -128,7 +128,8 @@ async def run_command(
         await asyncio.to_thread(orphans.kill_run, run_id)
         return _exited(proc.returncode, _tail(log_path), elapsed())
     timed_out = stopper not in done
-    if not await terminate_group(proc.pid, grace_s=STOP_GRACE_S, deadline_s=STOP_DEADLINE_S):
+    # the grace is read now: a self-fencing stop asks for a shorter one (see `fencing`)
+    if not await terminate_group(proc.pid, grace_s=stop_grace_s(), deadline_s=STOP_DEADLINE_S):
         # Something of the group survived SIGKILL (e.g. stuck in uninterruptible I/O): do
         # not claim it stopped. The runner drains itself so an operator looks.
         waiter.cancel()
@@ -200,7 +201,9 @@ async def run_handler(
     except StaleLease:
         return Finished(None, reason="stale", run_ms=_since(started))
     except Exception as exc:
-        if isinstance(environmental(exc), ConnectionFailed):
+        # fleetq's own calls (ctx.transaction, a driver) say a connection was lost this
+        # way; the handler's own errors (an OSError of its own included) are failures
+        if isinstance(exc, ConnectionFailed):
             return Finished(None, lost=f"database connection lost in the handler: {exc}")
         return Finished(
             Outcome.FAILED,
@@ -284,7 +287,13 @@ def _tail(path: Path) -> str:
 
 
 async def watch_adopted(
-    pid: int, *, status_file: Path, log_path: Path, timeout_s: float, stop: asyncio.Event
+    pid: int,
+    *,
+    status_file: Path,
+    log_path: Path,
+    timeout_s: float,
+    stop: asyncio.Event,
+    stop_grace_s: Callable[[], float] = lambda: STOP_GRACE_S,
 ) -> Finished:
     """Follow a job process this runner did not start (adopted after a restart) to its
     end, its timeout or a stop request; its exit status comes from the wrapper's file."""
@@ -302,7 +311,7 @@ async def watch_adopted(
             {waiter, stopper}, timeout=max(0.0, timeout_s), return_when=asyncio.FIRST_COMPLETED
         )
         if waiter not in done:
-            await terminate_group(pid, grace_s=STOP_GRACE_S)
+            await terminate_group(pid, grace_s=stop_grace_s())
             await gone.wait()
     finally:
         stopper.cancel()

@@ -21,7 +21,7 @@ import uuid
 import asyncpg
 
 from fleetq.core import queries
-from fleetq.core.errors import FleetqError
+from fleetq.core.errors import DatabaseBusy, FleetqError
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +59,12 @@ async def take(conn: asyncpg.Connection, runner: str, own_application: str) -> N
             await conn.fetchval(queries.sql("runners_end_session"), holder["pid"])
             await asyncio.sleep(0.1)  # the lock goes when that backend has exited
             continue
-        where = f" from {holder['client_addr']}" if holder["client_addr"] else " (local socket)"
+        where = f" from {holder['client_addr']}" if holder["client_addr"] else ""
+        since = holder["backend_start"]  # NULL when the session is another role's
+        when = f", connected {since:%Y-%m-%d %H:%M:%S}" if since is not None else ""
         raise RunnerIdInUse(
             f"runner {runner} is already served by another process (its database session: "
-            f"pid {holder['pid']}{where}, connected {holder['backend_start']:%Y-%m-%d %H:%M:%S}); "
-            "stop that process first, or give this one another --name"
+            f"pid {holder['pid']}{where}{when}); stop that process first, or give this one "
+            "another --name (a process on a node that died frees it within half a minute)"
         )
-    raise RunnerIdInUse(f"could not take runner id {runner}: its lock keeps changing hands")
+    raise DatabaseBusy(f"could not take runner id {runner}: its lock keeps changing hands")

@@ -16,7 +16,7 @@ import random
 from collections.abc import Awaitable, Callable
 
 from fleetq.core.driver import map_error
-from fleetq.core.errors import FleetqError
+from fleetq.core.errors import ConnectionFailed, DatabaseBusy, FleetqError, InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +26,18 @@ BACKOFF_MAX_S = 5.0
 
 def environmental(exc: BaseException) -> FleetqError | None:
     """The fleetq error an exception stands for when it comes from the world outside
-    (database, network), else None: then it is a bug."""
+    (database, network), else None: then it is a bug. `InvalidInput` is fleetq's own
+    check of what fleetq itself passed, so a runner meeting it has a bug."""
+    if isinstance(exc, InvalidInput):
+        return None
     if isinstance(exc, FleetqError):
         return exc
     return map_error(exc) if isinstance(exc, Exception) else None
+
+
+def transient(error: FleetqError) -> bool:
+    """Whether the same request may succeed when tried again unchanged."""
+    return isinstance(error, ConnectionFailed | DatabaseBusy)
 
 
 class Backoff:

@@ -16,33 +16,40 @@ import logging
 from fleetq.core import leasing
 from fleetq.core.driver import Driver
 from fleetq.core.errors import FleetqError
-from fleetq.core.models import OutcomeReport, RunnerId, WriteStatus
+from fleetq.core.models import JobWrite, Outcome, OutcomeReport, RunnerId, WriteStatus
 from fleetq.runner import metrics
-from fleetq.runner.loops import Backoff, environmental
+from fleetq.runner.loops import Backoff, environmental, transient, wait_or
 
 log = logging.getLogger(__name__)
 MAX_BATCH = 256
 
 
-class ReporterGone(FleetqError):
-    """The runner's outcome writer ended (a bug); the outcome was not recorded."""
+class OutcomeNotRecorded(FleetqError):
+    """The outcome could not be recorded (the runner is stopping with the database out of
+    reach, the database refuses it for good, or the writer ended with a bug): the job's
+    lease is left to expire and the job runs again."""
 
 
 class Reporter:
     """Batches outcome writes for one runner."""
 
-    def __init__(self, driver: Driver, runner: RunnerId) -> None:
+    def __init__(
+        self, driver: Driver, runner: RunnerId, give_up: asyncio.Event | None = None
+    ) -> None:
         self.driver = driver
         self.runner = runner
         self.pending: list[tuple[OutcomeReport, asyncio.Future[WriteStatus]]] = []
         self.wake = asyncio.Event()
         self.backoff = Backoff()
         self.gone: BaseException | None = None
+        # set when the runner must stop now (a second SIGTERM): outcomes that cannot be
+        # written then are answered "not recorded" instead of retried for ever
+        self.give_up = give_up or asyncio.Event()
 
     async def record(self, report: OutcomeReport) -> WriteStatus:
         """Queue one outcome and wait until it is written (or found stale)."""
         if self.gone is not None:
-            raise ReporterGone() from self.gone
+            raise OutcomeNotRecorded(f"the outcome writer ended: {self.gone!r}")
         future: asyncio.Future[WriteStatus] = asyncio.get_running_loop().create_future()
         self.pending.append((report, future))
         self.wake.set()
@@ -66,39 +73,96 @@ class Reporter:
         """Write one batch; returns how many outcomes it settled."""
         batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
         try:
-            answers = await leasing.complete_many(
-                self.driver, runner=self.runner, outcomes=[r for r, _ in batch]
-            )
+            answers = await self._write([r for r, _ in batch])
         except Exception as exc:
-            self.pending = batch + self.pending
-            if (error := environmental(exc)) is None:
+            error = environmental(exc)
+            if error is None:
+                self.pending = batch + self.pending
                 raise
+            if not transient(error):
+                # one of them can never be stored: settle each on its own
+                return await self._one_by_one(batch, error)
+            self.pending = batch + self.pending
+            if self.give_up.is_set():
+                self._answer_all(
+                    f"the runner is stopping and the database is out of reach: {error}"
+                )
+                return 0
             delay = self.backoff.next()
             log.warning(
                 "outcome write failed (%s); retrying %d outcomes in %.1fs", error, len(batch), delay
             )
-            await asyncio.sleep(delay)
+            await wait_or(self.give_up, delay)
             return 0
         self.backoff.reset()
         for (report, future), answer in zip(batch, answers, strict=True):
-            if answer.status == WriteStatus.STALE:
-                metrics.STALE.labels("outcome").inc()
-                log.warning(
-                    "outcome stale job=%d token=%d: the lease had moved on; not retried",
-                    report.job_id,
-                    report.lease_version,
-                )
-            else:
-                metrics.outcome(report.outcome.value).inc()
-            if not future.done():
-                future.set_result(answer.status)
+            self._settle(report, future, answer.status)
         return len(batch)
 
+    async def _write(self, reports: list[OutcomeReport]) -> list[JobWrite]:
+        return await leasing.complete_many(self.driver, runner=self.runner, outcomes=reports)
+
+    async def _one_by_one(
+        self, batch: list[tuple[OutcomeReport, asyncio.Future[WriteStatus]]], error: FleetqError
+    ) -> int:
+        """A batch the database refused for good: write each outcome alone; one that is
+        refused again is recorded as a failure that says why, without its output."""
+        log.error("outcome batch of %d refused (%s); writing each alone", len(batch), error)
+        for i, (report, future) in enumerate(batch):
+            for attempt in (report, _failure_instead(report, error)):
+                try:
+                    (answer,) = await self._write([attempt])
+                except Exception as exc:
+                    again = environmental(exc)
+                    if again is None:
+                        self.pending = batch[i:] + self.pending
+                        raise
+                    if transient(again):
+                        self.pending = batch[i:] + self.pending  # the rest: next round
+                        return i
+                    error = again
+                    continue
+                self._settle(attempt, future, answer.status)
+                break
+            else:
+                log.error("outcome of job=%d cannot be recorded: %s", report.job_id, error)
+                if not future.done():
+                    future.set_exception(OutcomeNotRecorded(str(error)))
+        return len(batch)
+
+    def _settle(
+        self, report: OutcomeReport, future: asyncio.Future[WriteStatus], status: WriteStatus
+    ) -> None:
+        if status == WriteStatus.STALE:
+            metrics.STALE.labels("outcome").inc()
+            log.warning(
+                "outcome stale job=%d token=%d: the lease had moved on; not retried",
+                report.job_id,
+                report.lease_version,
+            )
+        else:
+            metrics.outcome(report.outcome.value).inc()
+        if not future.done():
+            future.set_result(status)
+
     def abandon(self, cause: BaseException) -> None:
-        """The writer ended with a bug: fail every waiting execution instead of leaving
+        """The writer ended with a bug: answer every waiting execution instead of leaving
         it waiting forever, so the runner can hand its leases back and exit."""
         self.gone = cause
+        self._answer_all(f"the outcome writer ended: {cause!r}")
+
+    def _answer_all(self, why: str) -> None:
         pending, self.pending = self.pending, []
         for _report, future in pending:
             if not future.done():
-                future.set_exception(ReporterGone())
+                future.set_exception(OutcomeNotRecorded(why))
+
+
+def _failure_instead(report: OutcomeReport, error: FleetqError) -> OutcomeReport:
+    return report.model_copy(
+        update={
+            "outcome": Outcome.FAILED,
+            "reason": f"outcome not recordable: {error}"[:500],
+            "log_tail": "",
+        }
+    )

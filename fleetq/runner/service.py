@@ -20,6 +20,7 @@ import functools
 import logging
 import os
 import time
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -31,20 +32,23 @@ from fleetq import __version__
 from fleetq.core import fleet, leasing, migrate, queries
 from fleetq.core.db import dsn_settings
 from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg
-from fleetq.core.errors import ConnectionFailed, FleetqError, StaleLease
+from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import (
     Claim,
     FencingToken,
     JobId,
+    Outcome,
+    OutcomeReport,
     Registration,
     RunnerId,
     RunnerState,
     StartReport,
 )
-from fleetq.runner import identity, loops, metrics, orphans
+from fleetq.runner import executor, identity, loops, metrics, orphans
 from fleetq.runner.collection import collect
 from fleetq.runner.config import RunnerConfig
 from fleetq.runner.execution import Execution, Operation, Toolkit, carry_on, carry_out
+from fleetq.runner.fencing import SELF_FENCE_CHECK_S, FenceRule
 from fleetq.runner.journal import Entry, Journal
 from fleetq.runner.reporter import Reporter
 from fleetq.runner.staging import Staging
@@ -59,6 +63,11 @@ SESSION_SETTINGS = {
     "lock_timeout": "10000",
     "idle_in_transaction_session_timeout": "60000",
     "application_name": "fleetq-runner",
+}
+LISTEN_KEEPALIVES = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
 }
 PING_S = 10.0
 EXIT_BUG = 70  # EX_SOFTWARE: a bug in fleetq ended the runner (leases were handed back)
@@ -82,6 +91,9 @@ class RunnerService:
         self.offline_after_seconds = 30
         self.exit_code = 0
         self._token = identity.new_token()
+        # another process took this runner id over (our LISTEN session was gone for a
+        # while): its leases are not ours to report lost, release or mark offline
+        self.displaced = False
         self._operations: dict[tuple[str, str], Operation] = {}
         # runs replaced by this runner's own newer claim of their job, until they end
         self._superseded: set[asyncio.Task[None]] = set()
@@ -106,8 +118,9 @@ class RunnerService:
                 "be reparented to init"
             )
         self.dsn = dsn
+        self.dsn_names = dsn_settings(dsn)
         self.session_settings = {
-            k: v for k, v in SESSION_SETTINGS.items() if k not in dsn_settings(dsn)
+            k: v for k, v in SESSION_SETTINGS.items() if k not in self.dsn_names
         }
         # min_size=0: creating the pool connects nothing, so a database that is not there
         # yet shows up in start-up's first statement, which waits for it.
@@ -120,9 +133,10 @@ class RunnerService:
             init=prepare_asyncpg,
             reset=_keep_session,
             server_settings=self.session_settings,
+            timeout=10,  # to connect
         )
         self.driver = AsyncpgDriver(pool)
-        self.reporter = Reporter(self.driver, self.runner)
+        self.reporter = Reporter(self.driver, self.runner, give_up=self.immediate_requested)
         directory = self.config.directory()
         self.kit = Toolkit(
             driver=self.driver,
@@ -154,7 +168,7 @@ class RunnerService:
                 for name, interval, work in (
                     ("heartbeat", self._beat_s, self._heartbeat_once),
                     ("reap", lambda: self.config.reap_interval_s, self._reap_once),
-                    ("self-fence", lambda: 0.25, self._self_fence_once),
+                    ("self-fence", lambda: SELF_FENCE_CHECK_S, self._self_fence_once),
                     ("collection", lambda: self.lease_seconds, self._strays_once),
                 ):
                     tg.create_task(guard(name, loops.every(interval, name, work, self.done)))
@@ -170,34 +184,53 @@ class RunnerService:
         Returns the LISTEN connection (None: shut down while waiting)."""
         backoff = loops.Backoff()
         while not self.shutdown_requested.is_set():
-            listener: asyncpg.Connection | None = None
+            # raced with shutdown: a connect to a black hole may take its whole timeout
+            attempt = asyncio.ensure_future(self._start_up_once())
+            stop = asyncio.ensure_future(self.shutdown_requested.wait())
+            await asyncio.wait({attempt, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not attempt.done():
+                attempt.cancel()
+                with contextlib.suppress(BaseException):
+                    await attempt
+                return None
             try:
-                await migrate.require_current_async(self.driver)
-                listener = await self._connect_listener()
-                await self._register()
-                await self._collect()
-                return listener
+                return attempt.result()
             except Exception as exc:
-                if listener is not None:
-                    await _close_quietly(listener)
                 error = loops.environmental(exc)
-                if error is None:
-                    raise
-                if not isinstance(error, ConnectionFailed):
-                    raise error from exc  # misconfiguration: say it and exit
+                if error is None or (error is exc and not loops.transient(error)):
+                    raise  # a bug, or a refusal (schema, runner id in use): exit saying so
+                if not loops.transient(error):
+                    raise error from exc  # e.g. bad credentials: say it and exit
                 delay = backoff.next()
                 log.warning("waiting for the database (%s); retrying in %.1fs", error, delay)
                 await loops.wait_or(self.shutdown_requested, delay)
         return None
 
+    async def _start_up_once(self) -> asyncpg.Connection:
+        listener: asyncpg.Connection | None = None
+        try:
+            await migrate.require_current_async(self.driver)
+            listener = await self._connect_listener()
+            await self._register()
+            await self._collect()
+        except BaseException:
+            if listener is not None:
+                await _close_quietly(listener)
+            raise
+        return listener
+
     async def _connect_listener(self) -> asyncpg.Connection:
         """The dedicated LISTEN connection, holding the lock on this runner's id."""
         name = identity.application_name(self._token)
+        # Keepalives: if this node dies, the server ends the session (and frees the
+        # runner id) within about half a minute, not the kernel's two hours.
+        settings = {**self.session_settings, **LISTEN_KEEPALIVES, "application_name": name}
         with mapped_errors():
             conn = await asyncpg.connect(
                 self.dsn,
                 timeout=10,
-                server_settings={**self.session_settings, "application_name": name},
+                server_settings={k: v for k, v in settings.items() if k not in self.dsn_names},
             )
         try:
             with mapped_errors():
@@ -293,30 +326,60 @@ class RunnerService:
             ex.request_stop("shutdown")
         if self.tasks or self._superseded:
             await asyncio.wait([*self.tasks.values(), *self._superseded])
-        for ex in leftovers:
-            with contextlib.suppress(FleetqError):  # the lease then expires instead
+        held = [(ex.claim.job_id, ex.claim.lease_version) for ex in leftovers]
+        if not self.displaced:
+            held += await self._held_but_not_here({job for job, _ in held})
+        await self._release_all(held)
+        reporter_stop.set()
+        self.reporter.wake.set()
+        if not self.displaced:  # the row is the other process's now
+            with contextlib.suppress(FleetqError):
+                await fleet.set_state(
+                    self.driver,
+                    runner=self.runner,
+                    state=RunnerState.OFFLINE,
+                    reason="shut down",
+                    actor=self.runner,
+                )
+        self.done.set()
+        self._wake_all()
+
+    async def _held_but_not_here(self, known: set[JobId]) -> list[tuple[JobId, FencingToken]]:
+        """Leases the database says this runner holds with nothing running here: a claim
+        whose reply was lost, an outcome that could not be recorded. Handed back too."""
+        try:
+            rows = await self.driver.fetch(queries.sql("lease_held_by"), self.runner)
+        except FleetqError:
+            return []
+        return [
+            (JobId(r["job_id"]), FencingToken(r["lease_version"]))
+            for r in rows
+            if r["state"] in ("claimed", "running") and r["job_id"] not in known
+        ]
+
+    async def _release_all(self, held: list[tuple[JobId, FencingToken]]) -> None:
+        """Hand leases back (requeued at once, not counted as lost). With the database
+        out of reach, the rest are left to expire rather than tried one by one."""
+        for i, (job, token) in enumerate(held):
+            try:
                 await leasing.release(
                     self.driver,
                     runner=self.runner,
-                    job_id=ex.claim.job_id,
-                    token=ex.claim.lease_version,
+                    job_id=job,
+                    token=token,
                     reason="runner shutdown",
                 )
-                log.info(
-                    "released job=%d token=%d (requeued)", ex.claim.job_id, ex.claim.lease_version
+                log.info("released job=%d token=%d (requeued)", job, token)
+            except StaleLease:
+                continue
+            except FleetqError as exc:
+                if not loops.transient(exc):
+                    log.warning("could not release job=%d token=%d: %s", job, token, exc)
+                    continue
+                log.warning(
+                    "database out of reach (%s): %d lease(s) left to expire", exc, len(held) - i
                 )
-        reporter_stop.set()
-        self.reporter.wake.set()
-        with contextlib.suppress(FleetqError):
-            await fleet.set_state(
-                self.driver,
-                runner=self.runner,
-                state=RunnerState.OFFLINE,
-                reason="shut down",
-                actor=self.runner,
-            )
-        self.done.set()
-        self._wake_all()
+                return
 
     # -- claiming ----------------------------------------------------------------------
 
@@ -329,12 +392,15 @@ class RunnerService:
     async def _claim_loop(self, lane: str) -> None:
         wake = self.wakes[lane]
         claim_id = uuid.uuid4()
+        sent: float | None = None  # when this claim id was first sent: its lease's clock
         backoff = loops.Backoff()
         while not self.shutdown_requested.is_set():
             wake.clear()  # before claiming: a hint that arrives meanwhile is not lost
             free = self.config.lanes[lane] - self._running_in(lane)
             if self._claiming() and free > 0:
                 limit = min(self.config.batch, free)
+                if sent is None:
+                    sent = time.monotonic()
                 try:
                     claims = await leasing.claim(
                         self.driver, runner=self.runner, lane=lane, limit=limit, claim_id=claim_id
@@ -349,17 +415,21 @@ class RunnerService:
                     )
                     continue
                 backoff.reset()
-                claim_id = uuid.uuid4()
+                claim_id, claimed_at, sent = uuid.uuid4(), sent, None
                 metrics.CLAIMS.labels(lane).inc(len(claims))
                 for c in claims:
-                    self._launch(c, lane)
+                    self._launch(c, lane, claimed_at)
+                if claims and time.monotonic() - claimed_at > self._beat_s():
+                    # a retried claim's lease dates from its first send: renew it now
+                    # rather than let the self-fence stop a run that just began
+                    self._spawn(self._heartbeat_once())
                 if len(claims) == limit:
                     continue  # there may be more right behind
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), self.config.poll_interval_s)
 
-    def _launch(self, claim: Claim, lane: str) -> None:
-        ex = Execution(claim=claim, lane=lane)
+    def _launch(self, claim: Claim, lane: str, sent: float) -> None:
+        ex = Execution(claim=claim, lane=lane, renewed_at=sent)
         if (older := self.executions.get(claim.job_id)) is not None:
             # This runner claimed again a job it still runs under an older token (it was
             # frozen past its lease, e.g. SIGSTOP, and the job came back to the queue):
@@ -388,9 +458,29 @@ class RunnerService:
     async def _execute(self, ex: Execution) -> None:
         try:
             await carry_out(ex, self.kit)
-        except Exception:
-            log.exception("execution of job=%d failed inside the runner", ex.claim.job_id)
+        except Exception as exc:
+            await self._runner_error(ex, exc)
         await self._after_stop(ex)
+
+    async def _runner_error(self, ex: Execution, exc: Exception) -> None:
+        """An execution ended by fleetq itself, not by its job: kill whatever it launched
+        and record an outcome that says why, so the job neither runs unwatched nor holds
+        a slot until its lease runs out."""
+        c = ex.claim
+        log.error("execution of job=%d failed inside the runner", c.job_id, exc_info=exc)
+        if ex.pid is not None:
+            await executor.terminate_group(ex.pid, grace_s=executor.STOP_GRACE_S)
+        if ex.recorded or ex.stop_reason is not None:
+            return
+        report = OutcomeReport(
+            job_id=c.job_id,
+            lease_version=c.lease_version,
+            outcome=Outcome.FAILED,
+            reason=f"runner error: {type(exc).__name__}: {exc}"[:500],
+            log_tail="".join(traceback.format_exception(exc))[-executor.TAIL_BYTES :],
+        )
+        with contextlib.suppress(FleetqError):
+            await self.reporter.record(report)
 
     async def _after_stop(self, ex: Execution) -> None:
         """Record a stop this runner made (cancel, lease lost, self-fenced)."""
@@ -445,8 +535,8 @@ class RunnerService:
     async def _follow(self, ex: Execution, started_at: float) -> None:
         try:
             await carry_on(ex, self.kit, started_at=started_at)
-        except Exception:
-            log.exception("following adopted job=%d failed", ex.claim.job_id)
+        except Exception as exc:
+            await self._runner_error(ex, exc)
         await self._after_stop(ex)
 
     async def _drain_self(self, reason: str) -> None:
@@ -494,6 +584,8 @@ class RunnerService:
         nothing here runs (say, a claim whose reply was lost for good) is settled now
         rather than at lease expiry. Claims younger than a lease are left alone: their
         answer may still be on its way to the claim loop."""
+        if self.displaced:
+            return
         for row in await self.driver.fetch(queries.sql("lease_held_by"), self.runner):
             job = JobId(row["job_id"])
             if job in self.executions or (row["held_s"] or 0) < self.lease_seconds:
@@ -522,20 +614,22 @@ class RunnerService:
                 )
 
     async def _self_fence_once(self) -> None:
-        """Stop executions whose lease may be about to expire unrenewed (the database is
-        unreachable): shortly before another runner could claim the job, by this
-        runner's monotonic clock from the last renewal it sent."""
-        deadline = self.lease_seconds - max(1.0, self.lease_seconds * 0.2)
+        """Stop executions whose lease may expire unrenewed (the database is out of
+        reach) so that the stop, SIGKILL included, is over before the database could
+        expire the lease: the rule and its budget are in `fencing`."""
+        rule = FenceRule(self.lease_seconds)
         now = time.monotonic()
         for ex in list(self.executions.values()):
-            if ex.stop_reason is None and now - ex.renewed_at > deadline:
+            if ex.stop_reason is None and rule.due(ex.renewed_at, now):
                 log.warning(
-                    "self-fencing job=%d token=%d: lease not renewed for %.1fs",
+                    "self-fencing job=%d token=%d: lease not renewed for %.1fs (the database "
+                    "could expire it in %.1fs)",
                     ex.claim.job_id,
                     ex.claim.lease_version,
                     now - ex.renewed_at,
+                    self.lease_seconds - (now - ex.renewed_at),
                 )
-                ex.request_stop("self_fenced")
+                ex.request_stop("self_fenced", grace_s=rule.grace_s)
 
     async def _operation(self, project: str, name: str) -> Operation | None:
         if (project, name) not in self._operations:
@@ -622,6 +716,7 @@ class RunnerService:
                 except identity.RunnerIdInUse as exc:
                     log.critical("%s; shutting down (this process no longer owns it)", exc)
                     self.exit_code = 1
+                    self.displaced = True
                     self.request_shutdown()
                     return
                 except Exception as exc:
@@ -630,8 +725,8 @@ class RunnerService:
                     delay = await backoff.sleep(self.done)
                     log.warning("LISTEN connection failed (%s); retried after %.1fs", error, delay)
                     continue
-            backoff.reset()
             lost = asyncio.Event()
+            connected = time.monotonic()
             try:
                 conn.add_termination_listener(functools.partial(_set_event, lost))
                 await conn.add_listener("fleetq_work", self._on_work)
@@ -648,6 +743,10 @@ class RunnerService:
             finally:
                 await _close_quietly(conn)
                 conn = None
+            if time.monotonic() - connected > PING_S:
+                backoff.reset()  # it lived: the next drop is news, not a flapping server
+            else:
+                await backoff.sleep(self.done)  # gone at once: do not reconnect in a spin
 
     async def _watch(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
         while not self.done.is_set() and not lost.is_set():

@@ -140,7 +140,13 @@ def test_a_second_process_with_the_same_runner_id_is_refused(
         job = _submit(conn, "sleep", repo.head)
         wait_until(lambda: job_state(conn, job) == "running", what="the job to run")
         second, log = _spawn(fleet_dsn, tmp_path, "node-a", "checks=2", "control=1")
-        assert second.wait(timeout=30) == 1, log.read_text()
+        try:
+            code = second.wait(timeout=30)
+        finally:
+            if second.poll() is None:  # not refused: do not leave it running
+                second.kill()
+                second.wait()
+        assert code == 1, log.read_text()
         assert "already served by another process" in log.read_text()
         assert "Traceback" not in log.read_text()
         wait_until(lambda: job_state(conn, job) == "succeeded", what="the job to finish")
@@ -208,3 +214,33 @@ def test_a_job_cancelled_while_staging_is_never_launched(
     )
     assert [e for e in entries if e["job_id"] == job and e["op"] in ("launch", "pid")] == []
     assert runner.proc.poll() is None
+
+
+def test_output_the_database_cannot_store_does_not_hold_outcomes_back(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    """A NUL byte in a job's output (`find -print0`) made the whole outcome batch fail
+    with 22021, retried for ever: no outcome was recorded again and no slot freed."""
+    runner = start_runner()
+    with connect(fleet_dsn, autocommit=True) as conn:
+        nul = _submit(conn, "nul", repo.head)
+        wait_until(lambda: job_state(conn, nul) == "succeeded", what="the NUL job's outcome")
+        after = _submit(conn, "ping", repo.head)
+        wait_until(lambda: job_state(conn, after) == "succeeded", what="the next outcome")
+        tail = _one(conn, "SELECT log_tail FROM fleetq.results WHERE job_id = $1", nul)
+        assert tail == "\ufffd" * 3
+    assert runner.proc.poll() is None
+
+
+def test_a_handler_s_own_oserror_is_a_failure_not_a_lost_run(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    """Only the loss of fleetq's own database connection is a lost run (requeued)."""
+    start_runner()
+    with connect(fleet_dsn, autocommit=True) as conn:
+        job = _submit(conn, "oserror", repo.head)
+        wait_until(lambda: job_state(conn, job) == "failed", what="the handler to fail")
+        assert _one(conn, "SELECT lost_count FROM fleetq.jobs WHERE id = $1", job) == 0
+        assert (
+            _one(conn, "SELECT failure_reason FROM fleetq.jobs WHERE id = $1", job) == "exception"
+        )

@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 
 from fleetq.core.driver import map_error
-from fleetq.core.errors import ConnectionFailed, FleetqError
+from fleetq.core.errors import ConnectionFailed, DatabaseBusy, FleetqError, InvalidInput
 from fleetq.runner import loops
 
 
@@ -74,3 +74,23 @@ def test_backoff_grows_to_its_cap_and_resets() -> None:
     assert delays[0] < 0.2 and 0.8 <= delays[-1] <= 1.2
     backoff.reset()
     assert backoff.next() < 0.2
+
+
+def test_a_lock_timeout_is_busy_and_transient() -> None:
+    exc = asyncpg.exceptions.LockNotAvailableError("canceling statement due to lock timeout")
+    error = map_error(exc)
+    assert isinstance(error, DatabaseBusy) and loops.transient(error)
+
+
+def test_a_refusal_for_good_is_not_transient() -> None:
+    exc = asyncpg.exceptions.CharacterNotInRepertoireError("invalid byte sequence: 0x00")
+    error = loops.environmental(exc)
+    assert error is not None and not loops.transient(error)
+
+
+def test_arguments_fleetq_passed_wrongly_are_a_bug() -> None:
+    """asyncpg's client-side DataError is an InterfaceError, once read as a lost
+    connection and retried for ever."""
+    client_side = asyncpg.exceptions._base.DataError("invalid input for query argument $1")
+    assert map_error(client_side) is None
+    assert loops.environmental(InvalidInput("a batch names the same job twice")) is None

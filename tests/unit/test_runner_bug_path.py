@@ -9,7 +9,7 @@ import pytest
 
 from fleetq.core.models import OutcomeReport
 from fleetq.runner.config import RunnerConfig
-from fleetq.runner.reporter import Reporter, ReporterGone
+from fleetq.runner.reporter import OutcomeNotRecorded, Reporter
 from fleetq.runner.service import EXIT_BUG, RunnerService
 
 
@@ -34,7 +34,7 @@ async def test_a_dead_reporter_answers_the_executions_waiting_on_it() -> None:
     waiting = asyncio.ensure_future(reporter.record(report))
     await asyncio.wait_for(reporter.wake.wait(), 5)  # queued
     reporter.abandon(KeyError("a bug"))
-    with pytest.raises(ReporterGone):
+    with pytest.raises(OutcomeNotRecorded):
         await asyncio.wait_for(waiting, 5)
-    with pytest.raises(ReporterGone):
+    with pytest.raises(OutcomeNotRecorded):
         await reporter.record(report)

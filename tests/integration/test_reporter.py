@@ -1,0 +1,74 @@
+"""The outcome writer: a batch the database refuses for good is settled one by one, so
+one unstorable outcome never holds the others back (issue 12)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from fleetq.core import leasing, producer
+from fleetq.core.db import SyncConnection
+from fleetq.core.driver import Driver
+from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, WriteStatus
+from fleetq.runner.reporter import Reporter
+from tests import fleet
+
+POISON = "this output cannot be stored"
+
+
+@pytest.fixture(autouse=True)
+def _refuses_poison(sync_conn: SyncConnection) -> None:
+    """A real refusal by the server (like 22021 for a NUL byte): a trigger that raises."""
+    fleet.operations(sync_conn)
+    sync_conn.execute(
+        """
+        CREATE FUNCTION public.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.log_tail LIKE '%cannot be stored%' THEN
+                RAISE EXCEPTION 'invalid byte sequence for encoding "UTF8": 0x00'
+                    USING ERRCODE = '22021';
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER refuse_poison BEFORE INSERT OR UPDATE ON fleetq.results
+            FOR EACH ROW EXECUTE FUNCTION public.refuse_poison();
+        """
+    )
+
+
+async def _claims(driver: Driver, runner: RunnerId, n: int) -> list[Claim]:
+    for i in range(n):  # one verdict each: another commit each
+        await producer.submit(
+            driver, project="tools", operation="lint", commit=f"{i}" * 40, submitted_by="alice"
+        )
+    return await leasing.claim(driver, runner=runner, lane="checks", limit=n)
+
+
+async def test_an_outcome_refused_for_good_is_recorded_as_a_failure_that_says_why(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    runner = await fleet.runner(driver)
+    claims = await _claims(driver, runner, 3)
+    reporter = Reporter(driver, runner)
+    stop = asyncio.Event()
+    writer = asyncio.ensure_future(reporter.run(stop))
+    reports = [
+        OutcomeReport(
+            job_id=c.job_id,
+            lease_version=c.lease_version,
+            outcome=Outcome.SUCCEEDED,
+            exit_code=0,
+            log_tail=POISON if i == 1 else "ok",
+        )
+        for i, c in enumerate(claims)
+    ]
+    answers = await asyncio.wait_for(
+        asyncio.gather(*(reporter.record(r) for r in reports)), timeout=30
+    )
+    stop.set()
+    await asyncio.wait_for(writer, 10)
+    assert answers == [WriteStatus.OK] * 3
+    rows = sync_conn.execute("SELECT state, failure_reason FROM fleetq.jobs ORDER BY id").fetchall()
+    assert [r[0] for r in rows] == ["succeeded", "failed", "succeeded"]
+    assert "outcome not recordable" in rows[1][1] and "0x00" in rows[1][1]
