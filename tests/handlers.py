@@ -46,3 +46,14 @@ async def effect_then_stall(ctx: JobContext) -> str:
 async def own_oserror(ctx: JobContext) -> None:
     """A handler failing with an OSError of its own (not a lost database connection)."""
     raise FileNotFoundError(f"job {ctx.claim.job_id}: /no/such/file")
+
+
+async def hold_transaction(ctx: JobContext) -> str:
+    """Keep `ctx.transaction()` (and so the job's row) for `payload.seconds`, then write
+    the effect: a long handler transaction, as real handlers have."""
+    async with ctx.transaction() as conn:
+        await asyncio.sleep(float(ctx.claim.payload.get("seconds", 0)))
+        await conn.execute(
+            "INSERT INTO effects (job_id, token) VALUES ($1, $2)", ctx.claim.job_id, ctx.token
+        )
+    return f"effect written under token {ctx.token}"

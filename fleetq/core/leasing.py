@@ -184,8 +184,20 @@ def _no_duplicates(job_ids: Sequence[int]) -> None:
 
 
 async def release(
-    driver: Driver, *, runner: RunnerId, job_id: JobId, token: FencingToken, reason: str
-) -> WriteStatus:
-    """Hand a lease back (graceful shutdown): requeued at once, not counted as lost."""
-    rows = await driver.fetch(queries.sql("lease_release"), runner, job_id, token, reason)
-    return check(rows[0]["status"], job_id=job_id, token=token, write="release")
+    driver: Driver,
+    *,
+    runner: RunnerId,
+    job_id: JobId,
+    token: FencingToken,
+    reason: str,
+    fenced: bool = False,
+) -> str:
+    """Hand a lease back (graceful shutdown): requeued at once, not counted as lost.
+    After a self-fence (`fenced`) it counts a reassignment like an expiry, so a job
+    cannot cycle through self-fences without end: 'failed' past `reassignment_cap`.
+    Raises `StaleLease` if the lease moved on."""
+    rows = await driver.fetch(queries.sql("lease_release"), runner, job_id, token, reason, fenced)
+    status = str(rows[0]["status"])
+    if status == WriteStatus.STALE:
+        raise StaleLease(job_id, token, "release")
+    return status

@@ -67,6 +67,9 @@ class WriteStatus(StrEnum):
     OK = "ok"
     ALREADY = "already"  # the same write committed earlier; its reply was lost
     STALE = "stale"  # the lease moved on: nothing changed
+    # heartbeat only: another transaction holds the job's row (the runner's own handler,
+    # or an operator); not renewed this time, and not known to be stale
+    BUSY = "busy"
 
 
 class _Row(BaseModel):

@@ -30,6 +30,9 @@ class JobContext:
     claim: Claim
     runner: RunnerId
     pool: asyncpg.Pool
+    # how many `transaction()` blocks are open: each holds the job's row, which the
+    # runner's heartbeat then skips rather than waits for (and counts as held)
+    transactions_open: int = 0
 
     @property
     def token(self) -> int:
@@ -60,6 +63,7 @@ class JobContext:
         committed, the block simply succeeded.
         """
         body_done = False
+        self.transactions_open += 1
         try:
             async with self._transaction(finish=finish) as conn:
                 yield conn
@@ -74,6 +78,8 @@ class JobContext:
                 )
                 return
             raise
+        finally:
+            self.transactions_open -= 1
 
     async def _finished_here(self) -> bool:
         """Whether this execution's `finish=True` outcome is in the database (asked a

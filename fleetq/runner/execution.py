@@ -66,6 +66,12 @@ class Execution:
     signal: int | None = None  # the signal that ended the process, recorded with a stop
     recorded: bool = False  # its outcome (or loss) is in the database
     stop_grace_s: float = executor.STOP_GRACE_S  # SIGTERM to SIGKILL when stopped
+    ctx: JobContext | None = None  # a handler's context, while it runs
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether its handler holds a `ctx.transaction()` (and so its job's row) now."""
+        return self.ctx is not None and self.ctx.transactions_open > 0
 
     def request_stop(self, reason: str, *, grace_s: float | None = None) -> None:
         """Ask the execution to stop (it no longer holds its lease, or we shut down);
@@ -163,7 +169,7 @@ async def _run_handler(ex: Execution, kit: Toolkit, op: Operation) -> executor.F
         fn = _load_handler(op.handler or "")
     except (ImportError, AttributeError, TypeError) as exc:
         return executor.Finished(Outcome.REFUSED, reason=f"handler {op.handler}: {exc}")
-    ctx = JobContext(claim=ex.claim, runner=kit.runner, pool=kit.pool)
+    ctx = ex.ctx = JobContext(claim=ex.claim, runner=kit.runner, pool=kit.pool)
     return await executor.run_handler(fn, ctx, timeout_s=op.timeout_s, stoppable=ex)
 
 

@@ -43,6 +43,7 @@ from fleetq.core.models import (
     RunnerId,
     RunnerState,
     StartReport,
+    WriteStatus,
 )
 from fleetq.runner import executor, identity, loops, metrics, orphans
 from fleetq.runner.collection import collect
@@ -570,13 +571,18 @@ class RunnerService:
         if reason == "self_fenced":
             # If the lease is somehow still ours (only our connection was cut), hand it
             # back so the job runs again now rather than at expiry.
+            # Counted as a reassignment: a job cannot cycle through self-fences for ever.
             with contextlib.suppress(StaleLease):
-                await leasing.release(
+                status = await leasing.release(
                     self.driver,
                     runner=self.runner,
                     job_id=c.job_id,
                     token=c.lease_version,
                     reason="self-fenced",
+                    fenced=True,
+                )
+                log.info(
+                    "self-fenced job=%d token=%d handed back: %s", c.job_id, c.lease_version, status
                 )
 
     async def _strays_once(self) -> None:
@@ -653,7 +659,13 @@ class RunnerService:
         answers = await leasing.heartbeat(self.driver, runner=self.runner, leases=leases)
         metrics.HEARTBEAT_LAG.set(time.monotonic() - sent)
         for answer in answers:
-            if answer.status == "ok" and (ex := self.executions.get(answer.job_id)):
+            if (ex := self.executions.get(answer.job_id)) is None:
+                continue
+            if answer.status == WriteStatus.OK or (
+                # its row is locked by this run's own handler transaction: nobody can take
+                # the lease while it is (claims take queued jobs; the reaper skips it)
+                answer.status == WriteStatus.BUSY and ex.in_transaction
+            ):
                 ex.renewed_at = sent
         stale = [a.job_id for a in answers if a.status == "stale"]
         metrics.STALE.labels("heartbeat").inc(len(stale))

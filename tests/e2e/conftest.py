@@ -98,6 +98,9 @@ handler = "tests.handlers:effect_then_stall"
 [projects.repo.operations.nul]
 lane = "checks"
 command = "python3 -c 'import sys; sys.stdout.write(chr(0) * 3)'"
+[projects.repo.operations.hold]
+lane = "control"
+handler = "tests.handlers:hold_transaction"
 [projects.repo.operations.oserror]
 lane = "control"
 handler = "tests.handlers:own_oserror"

@@ -3,6 +3,7 @@ never ended by what the world does to it. Each test failed on the runner before 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -16,7 +17,9 @@ import pytest
 
 from fleetq.cli.main import main as fleetq
 from fleetq.core.db import SyncConnection, connect
+from fleetq.core.driver import Driver
 from fleetq.core.embedded import EmbeddedServer
+from fleetq.core.models import RunnerId
 from tests.e2e.conftest import ROOT, Repo, StartRunner, job_state, wait_until
 from tests.e2e.test_faults import _fleet
 from tests.e2e.test_runner import _submit
@@ -244,3 +247,73 @@ def test_a_handler_s_own_oserror_is_a_failure_not_a_lost_run(
         assert (
             _one(conn, "SELECT failure_reason FROM fleetq.jobs WHERE id = $1", job) == "exception"
         )
+
+
+def test_a_long_handler_transaction_does_not_fence_the_runner_s_other_jobs(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    """Renewal locked every job row with a plain FOR UPDATE, so one handler holding
+    `ctx.transaction()` stalled the renewal of every lease: unrelated jobs fenced
+    themselves and were claimed again, without end (token 1 -> 6 in 25 s)."""
+    with connect(fleet_dsn, autocommit=True) as conn:
+        conn.execute(b"UPDATE fleetq.settings SET value = '3' WHERE name = 'lease_seconds'")
+        runner = start_runner()
+        other = _submit(conn, "forever", repo.head)
+        wait_until(
+            lambda: job_state(conn, other) in ("claimed", "running"), what="the other job to run"
+        )
+        hold = _submit(conn, "hold", repo.head, payload={"seconds": 6})
+        wait_until(lambda: job_state(conn, hold) == "succeeded", what="the long transaction")
+        tokens = conn.execute(
+            b"SELECT id, lease_version FROM fleetq.jobs WHERE id = ANY($1) ORDER BY id",
+            [[other, hold]],
+        ).fetchall()
+        assert [tuple(t) for t in tokens] == [(other, 1), (hold, 1)], runner.output()
+        effects = conn.execute(b"SELECT job_id, token FROM effects").fetchall()
+        assert [tuple(e) for e in effects] == [(hold, 1)]
+    assert "self-fencing" not in runner.output()
+
+
+def test_self_fenced_hand_backs_count_against_the_reassignment_cap(
+    fleet_dsn: str, repo: Repo
+) -> None:
+    """A self-fence handed the lease back without counting anything, so a job could
+    cycle through fence, claim and fence again for ever (with lost replies, token 9)."""
+    from fleetq.core import leasing
+    from fleetq.core.driver import open_driver
+
+    async def fence_until_failed(job: int) -> list[str]:
+        answers = []
+        async with open_driver(fleet_dsn, kind="asyncpg") as driver:
+            runner = await _registered(driver)
+            for _ in range(10):
+                claims = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
+                if not claims:
+                    break
+                answers.append(
+                    await leasing.release(
+                        driver,
+                        runner=runner,
+                        job_id=claims[0].job_id,
+                        token=claims[0].lease_version,
+                        reason="self-fenced",
+                        fenced=True,
+                    )
+                )
+        return answers
+
+    with connect(fleet_dsn, autocommit=True) as conn:
+        conn.execute(b"UPDATE fleetq.settings SET value = '2' WHERE name = 'reassignment_cap'")
+        job = _submit(conn, "sleep", repo.head)
+        answers = asyncio.run(fence_until_failed(job))
+        assert answers == ["ok", "ok", "failed"]
+        row = conn.execute(
+            b"SELECT state, failure_reason, reassign_count FROM fleetq.jobs WHERE id = $1", [job]
+        ).fetchone()
+        assert row is not None and tuple(row) == ("failed", "reassignments_exhausted", 3)
+
+
+async def _registered(driver: Driver) -> RunnerId:
+    from tests import fleet
+
+    return await fleet.runner(driver, "fencer", node="node-f", lanes={"checks": 1})

@@ -563,3 +563,28 @@ async def test_launch_time_is_clamped_between_claim_and_start_report(
         [claim.job_id],
     ).fetchone()
     assert row == (True, True)  # clamped, and the node's own figure kept as evidence
+
+
+async def test_renewal_skips_a_row_another_transaction_holds(driver: Driver, db_dsn: str) -> None:
+    """A handler's `ctx.transaction()` holds its job's row: renewal answers 'busy' for
+    it at once (it waited, and every other lease of the runner waited with it)."""
+    from fleetq.core.db import connect
+
+    runner = await fleet.runner(driver)
+    for _ in range(2):
+        await _job(driver)
+    held, other = await leasing.claim(driver, runner=runner, lane="checks", limit=2)
+    with connect(db_dsn) as holder:  # a transaction left open, like a handler's
+        holder.execute(b"SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [held.job_id])
+        answers = await leasing.heartbeat(
+            driver,
+            runner=runner,
+            leases=[(held.job_id, held.lease_version), (other.job_id, other.lease_version)],
+        )
+        holder.rollback()
+    assert [(a.job_id, a.status) for a in answers] == [
+        (held.job_id, WriteStatus.BUSY),
+        (other.job_id, WriteStatus.OK),
+    ]
+    kinds = [e.kind for e in await readers.events(driver, job_id=held.job_id)]
+    assert "stale_rejected" not in kinds

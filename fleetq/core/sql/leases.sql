@@ -60,8 +60,9 @@ WHERE w.violation;
 
 -- name: lease_release
 -- Hand a lease back on purpose (shutdown): requeued at once, not a loss, not a reassignment.
--- $1 runner, $2 job, $3 version, $4 reason
-SELECT fleetq.release($1::text, $2::bigint, $3::bigint, $4::text) AS status;
+-- After a self-fence ($5 true) it counts a reassignment, and fails the job past the cap.
+-- $1 runner, $2 job, $3 version, $4 reason, $5 fenced
+SELECT fleetq.release($1::text, $2::bigint, $3::bigint, $4::text, $5::boolean) AS status;
 
 -- name: lease_job_states
 -- The current state, owner and token of jobs a runner executes, so it can stop those
