@@ -8,6 +8,7 @@ file changes nothing. Errors name the file, the entry and the field
 
 from __future__ import annotations
 
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal, Self
@@ -88,6 +89,21 @@ class OperationConfig(_Strict):
     memory_mb: int = Field(0, ge=0, le=16 * 1024 * 1024)
     cpus: float = Field(0, ge=0, le=4096)
     timeout_seconds: int = Field(3600, ge=1, le=7 * 86_400)
+
+    @field_validator("command")
+    @classmethod
+    def _splittable(cls, value: str | None) -> str | None:
+        """A command runs as argv, split like a shell would (no shell runs): one that
+        cannot be split would pass here and fail every job it is given."""
+        if value is None:
+            return value
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot be split into words like a shell would ({exc})") from exc
+        if not words:
+            raise ValueError("names no program")
+        return value
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:

@@ -145,8 +145,21 @@ async def collect(
         )
         done.superseded_closed += 1
     keep = {(e.job_id, e.token) for e in done.adopted}
-    for job_id, version in entries:
-        if (job_id, version) not in keep:
-            journal.ended(job_id, version)
+    for (job_id, version), entry in entries.items():
+        if (job_id, version) in keep:
+            continue
+        # A run this runner gives up must not run on unwatched. In adopt mode a run
+        # whose lease expired while its runner was down still runs, next to the job's
+        # newer execution and invisible to `fleetq overlaps`: kill it now.
+        if await asyncio.to_thread(orphans.kill_run, entry.run_id):
+            log.warning(
+                "killed run %s of job=%d token=%d: its lease ended while this runner was down",
+                entry.run_id,
+                job_id,
+                version,
+            )
+        if entry.tree:
+            await asyncio.to_thread(shutil.rmtree, entry.tree, True)
+        journal.ended(job_id, version)
     journal.compact()
     return done

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shlex
 import signal
@@ -82,7 +83,12 @@ async def run_command(
     """
     if stop.is_set():  # asked to stop before it ever ran: launch nothing
         return Finished(None, reason="stopped before launch")
-    argv = shlex.split(command)
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:  # applied before commands were checked at `fleetq apply`
+        return _launch_failed(log_path, f"the command cannot be split into words ({exc})")
+    if not argv:
+        return _launch_failed(log_path, "the command names no program")
     if status_file is not None:
         argv = [sys.executable, "-m", "fleetq.runner.wrap", str(status_file), "--", *argv]
     started = time.monotonic()
@@ -101,9 +107,10 @@ async def run_command(
                 start_new_session=True,
             )
         except OSError as exc:
-            return Finished(
-                Outcome.FAILED, reason="launch", log_tail=f"cannot run {argv[0]}: {exc.strerror}"
-            )
+            name = errno.errorcode.get(exc.errno or 0, "?")
+            why = f"cannot run {argv[0]}: {exc.strerror} ({name})"
+            log.write(f"fleetq-runner: {why}\n".encode())
+            return Finished(Outcome.FAILED, reason=f"launch failed: {why}", log_tail=why)
     try:
         await on_start(proc.pid, _process_start(proc.pid))
     except BaseException:
@@ -215,6 +222,13 @@ async def run_handler(
         unsubscribe()
     tail = "" if result is None else str(result)[-TAIL_BYTES:]
     return Finished(Outcome.SUCCEEDED, exit_code=0, log_tail=tail, run_ms=_since(started))
+
+
+def _launch_failed(log_path: Path, why: str) -> Finished:
+    """Nothing ran: say why in the outcome and in the job's log."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(f"fleetq-runner: {why}\n")
+    return Finished(Outcome.FAILED, reason=f"launch failed: {why}", log_tail=why)
 
 
 def _since(started: float) -> int:

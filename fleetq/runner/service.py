@@ -24,6 +24,7 @@ import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -246,6 +247,9 @@ class RunnerService:
         for entry in collected.adopted:
             if entry.job_id not in self.executions:  # not adopted by an earlier try
                 await self._adopt(entry)
+        keep = {Path(e.tree) for e in collected.adopted if e.tree}
+        if swept := await asyncio.to_thread(self.kit.staging.sweep, keep):
+            log.info("removed %d staged trees left by an earlier process", len(swept))
         if collected.lost or collected.stops_confirmed or collected.superseded_closed:
             log.info(
                 "collection pass: %d reported lost, %d stops confirmed, %d superseded "

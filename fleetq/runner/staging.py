@@ -50,6 +50,16 @@ class Staging:
         )
         return tree
 
+    def sweep(self, keep: set[Path]) -> list[Path]:
+        """At start-up: remove the trees an earlier process left (a crash, a kill -9),
+        except those of runs adopted meanwhile. Returns what was removed."""
+        if not self.trees.is_dir():
+            return []
+        gone = [tree for tree in self.trees.iterdir() if tree not in keep]
+        for tree in gone:
+            shutil.rmtree(tree, ignore_errors=True)
+        return gone
+
     def discard(self, tree: Path) -> None:
         """Remove a staged tree (after the outcome is recorded)."""
         shutil.rmtree(tree, ignore_errors=True)

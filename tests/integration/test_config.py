@@ -174,3 +174,20 @@ def test_a_setting_too_short_for_renewals_is_refused(tmp_path: Path, name: str) 
     path = _write(tmp_path, f"[settings]\n{name} = 1\n")
     with pytest.raises(ConfigError, match="at least 3 seconds"):
         config.load(path)
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [("sh -c 'echo unclosed", "cannot be split into words"), ("   ", "names no program")],
+)
+def test_a_command_that_cannot_run_is_refused_at_apply(
+    tmp_path: Path, command: str, message: str
+) -> None:
+    """It passed `apply` and failed every job it was given, inside the runner."""
+    path = _write(
+        tmp_path,
+        '[lanes.checks]\n[projects.p]\nrepository = "/r"\n'
+        f'[projects.p.operations.o]\nlane = "checks"\ncommand = {command!r}\n',
+    )
+    with pytest.raises(ConfigError, match=message):
+        config.load(path)

@@ -63,9 +63,26 @@ async def test_exit_codes_become_outcomes(tmp_path: Path) -> None:
     )
 
 
-async def test_a_missing_program_fails_without_raising(tmp_path: Path) -> None:
+async def test_a_missing_program_fails_saying_why(tmp_path: Path) -> None:
+    """It ended as "failed, reason launch" with an empty log: now the reason and the
+    job's log both say which program and which error."""
     finished, started = await _run("no-such-program-anywhere", tmp_path)
-    assert (finished.outcome, finished.reason, started) == (Outcome.FAILED, "launch", [])
+    assert (finished.outcome, started) == (Outcome.FAILED, [])
+    assert finished.reason == (
+        "launch failed: cannot run no-such-program-anywhere: No such file or directory (ENOENT)"
+    )
+    log = (tmp_path / "logs" / "job.log").read_text()
+    assert "No such file or directory (ENOENT)" in log
+
+
+async def test_a_command_that_cannot_be_split_fails_saying_why(tmp_path: Path) -> None:
+    """It raised inside the runner: a traceback, no outcome, a slot held until the job
+    failed as reassignments_exhausted."""
+    finished, started = await _run("sh -c 'echo unclosed", tmp_path)
+    assert (finished.outcome, started) == (Outcome.FAILED, [])
+    assert finished.reason == (
+        "launch failed: the command cannot be split into words (No closing quotation)"
+    )
 
 
 async def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
