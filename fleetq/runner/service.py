@@ -1,9 +1,9 @@
 """The runner's composition root: one TaskGroup of named loops around local executions.
 
-Loops: a claim loop per lane (a long `checks` job never delays a `control` operation),
-the LISTEN connection (wake-ups, operator control, and the lock on the runner id), the
-heartbeat (leases and liveness, and following the runner's own row), the reporter
-(batched outcomes) and a reaper pass (one leader fleet-wide). Shutdown: stop claiming,
+Loops, each from its part: a claim loop per lane (`claiming`), the LISTEN connection
+with the lock on the runner id (`control`), the heartbeat, the self-fence, the collection
+and the reaper passes (`keeping`), and the outcome writer (`reporter`). This module holds
+start-up, the executions' lifecycle and shutdown. Shutdown: stop claiming,
 let running jobs finish up to the grace period, stop the rest and hand their leases back
 so they are requeued at once, flush outcomes, and say offline.
 
@@ -17,22 +17,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import os
-import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 
 from fleetq import __version__
 from fleetq.core import fleet, leasing, migrate, queries
 from fleetq.core.db import dsn_settings
-from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg
+from fleetq.core.driver import AsyncpgDriver, prepare_asyncpg
 from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import (
     Claim,
@@ -44,18 +41,19 @@ from fleetq.core.models import (
     RunnerId,
     RunnerState,
     StartReport,
-    WriteStatus,
 )
 from fleetq.runner import executor, identity, loops, metrics, orphans
+from fleetq.runner.base import log
+from fleetq.runner.claiming import Claiming
 from fleetq.runner.collection import collect
 from fleetq.runner.config import RunnerConfig
+from fleetq.runner.control import Control, close_quietly
 from fleetq.runner.execution import Execution, Operation, Toolkit, carry_on, carry_out
-from fleetq.runner.fencing import SELF_FENCE_CHECK_S, FenceRule
+from fleetq.runner.fencing import SELF_FENCE_CHECK_S
 from fleetq.runner.journal import Entry, Journal
+from fleetq.runner.keeping import LeaseKeeping
 from fleetq.runner.reporter import Reporter
 from fleetq.runner.staging import Staging
-
-log = logging.getLogger(__name__)
 
 # Runner sessions never hold a transaction or a lock for long (DESIGN: every call has a
 # client timeout too, in the driver). Settings named in the DSN's query
@@ -66,17 +64,11 @@ SESSION_SETTINGS = {
     "idle_in_transaction_session_timeout": "60000",
     "application_name": "fleetq-runner",
 }
-LISTEN_KEEPALIVES = {
-    "tcp_keepalives_idle": "10",
-    "tcp_keepalives_interval": "5",
-    "tcp_keepalives_count": "3",
-}
-PING_S = 10.0
 EXIT_BUG = 70  # EX_SOFTWARE: a bug in fleetq ended the runner (leases were handed back)
 
 
-class RunnerService:
-    """One fleetq-runner process."""
+class RunnerService(Claiming, LeaseKeeping, Control):
+    """One fleetq-runner process: the parts composed, its lifecycle, its executions."""
 
     def __init__(self, config: RunnerConfig) -> None:
         self.config = config
@@ -218,29 +210,9 @@ class RunnerService:
             await self._collect()
         except BaseException:
             if listener is not None:
-                await _close_quietly(listener)
+                await close_quietly(listener)
             raise
         return listener
-
-    async def _connect_listener(self) -> asyncpg.Connection:
-        """The dedicated LISTEN connection, holding the lock on this runner's id."""
-        name = identity.application_name(self._token)
-        # Keepalives: if this node dies, the server ends the session (and frees the
-        # runner id) within about half a minute, not the kernel's two hours.
-        settings = {**self.session_settings, **LISTEN_KEEPALIVES, "application_name": name}
-        with mapped_errors():
-            conn = await asyncpg.connect(
-                self.dsn,
-                timeout=10,
-                server_settings={k: v for k, v in settings.items() if k not in self.dsn_names},
-            )
-        try:
-            with mapped_errors():
-                await identity.take(conn, self.runner, name)
-        except BaseException:
-            await _close_quietly(conn)
-            raise
-        return conn
 
     async def _collect(self) -> None:
         collected = await collect(self.driver, self.runner, self.kit.journal, adopt=self.kit.adopt)
@@ -276,10 +248,6 @@ class RunnerService:
                 self.reporter.abandon(exc)
             self.request_shutdown()
             self.request_shutdown()  # the second request stops running jobs at once
-
-    def _beat_s(self) -> float:
-        """Renew often enough for the lease and for the offline threshold alike."""
-        return max(0.2, min(self.lease_seconds, self.offline_after_seconds) / 3)
 
     async def _register(self) -> None:
         c = self.config
@@ -387,51 +355,6 @@ class RunnerService:
                 return
 
     # -- claiming ----------------------------------------------------------------------
-
-    def _claiming(self) -> bool:
-        return self.state == RunnerState.ACTIVE and not self.shutdown_requested.is_set()
-
-    def _running_in(self, lane: str) -> int:
-        return sum(1 for ex in self.executions.values() if ex.lane == lane)
-
-    async def _claim_loop(self, lane: str) -> None:
-        wake = self.wakes[lane]
-        claim_id = uuid.uuid4()
-        sent: float | None = None  # when this claim id was first sent: its lease's clock
-        backoff = loops.Backoff()
-        while not self.shutdown_requested.is_set():
-            wake.clear()  # before claiming: a hint that arrives meanwhile is not lost
-            free = self.config.lanes[lane] - self._running_in(lane)
-            if self._claiming() and free > 0:
-                limit = min(self.config.batch, free)
-                if sent is None:
-                    sent = time.monotonic()
-                try:
-                    claims = await leasing.claim(
-                        self.driver, runner=self.runner, lane=lane, limit=limit, claim_id=claim_id
-                    )
-                except Exception as exc:
-                    if (error := loops.environmental(exc)) is None:
-                        raise
-                    # same claim id on retry: a claim that committed is returned, not lost
-                    delay = await backoff.sleep(self.shutdown_requested)
-                    log.warning(
-                        "claim failed lane=%s (%s); retried after %.1fs", lane, error, delay
-                    )
-                    continue
-                backoff.reset()
-                claim_id, claimed_at, sent = uuid.uuid4(), sent, None
-                metrics.CLAIMS.labels(lane).inc(len(claims))
-                for c in claims:
-                    self._launch(c, lane, claimed_at)
-                if claims and time.monotonic() - claimed_at > self._beat_s():
-                    # a retried claim's lease dates from its first send: renew it now
-                    # rather than let the self-fence stop a run that just began
-                    self._spawn(self._heartbeat_once())
-                if len(claims) == limit:
-                    continue  # there may be more right behind
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), self.config.poll_interval_s)
 
     def _launch(self, claim: Claim, lane: str, sent: float) -> None:
         ex = Execution(claim=claim, lane=lane, renewed_at=sent)
@@ -544,103 +467,6 @@ class RunnerService:
             await self._runner_error(ex, exc)
         await self._after_stop(ex)
 
-    async def _drain_self(self, reason: str) -> None:
-        await fleet.set_state(
-            self.driver,
-            runner=self.runner,
-            state=RunnerState.DRAINING,
-            reason=reason,
-            actor=self.runner,
-        )
-
-    async def _confirm(self, ex: Execution, reason: str) -> None:
-        c = ex.claim
-        if reason == "self_fenced":
-            # Fenced blind (the database was unreachable); now that it answers, say what
-            # really happened meanwhile: superseded or cancelled wins over self_fenced.
-            (row,) = await self.driver.fetch(queries.sql("lease_job_states"), [c.job_id])
-            if row["state"] == "cancelled":
-                reason = "cancelled"
-            elif row["lease_version"] != c.lease_version:
-                reason = "superseded"
-        await leasing.confirm_stop(
-            self.driver,
-            runner=self.runner,
-            job_id=c.job_id,
-            token=c.lease_version,
-            signal=ex.signal,
-            reason=reason,
-        )
-        log.info("stop confirmed job=%d token=%d reason=%s", c.job_id, c.lease_version, reason)
-        if reason == "self_fenced":
-            # If the lease is somehow still ours (only our connection was cut), hand it
-            # back so the job runs again now rather than at expiry.
-            # Counted as a reassignment: a job cannot cycle through self-fences for ever.
-            with contextlib.suppress(StaleLease):
-                status = await leasing.release(
-                    self.driver,
-                    runner=self.runner,
-                    job_id=c.job_id,
-                    token=c.lease_version,
-                    reason="self-fenced",
-                    fenced=True,
-                )
-                log.info(
-                    "self-fenced job=%d token=%d handed back: %s", c.job_id, c.lease_version, status
-                )
-
-    async def _strays_once(self) -> None:
-        """The periodic collection pass: what the database says this runner holds but
-        nothing here runs (say, a claim whose reply was lost for good) is settled now
-        rather than at lease expiry. Claims younger than a lease are left alone: their
-        answer may still be on its way to the claim loop."""
-        if self.displaced:
-            return
-        for row in await self.driver.fetch(queries.sql("lease_held_by"), self.runner):
-            job = JobId(row["job_id"])
-            if job in self.executions or (row["held_s"] or 0) < self.lease_seconds:
-                continue
-            token = FencingToken(row["lease_version"])
-            if row["state"] == "cancelled":
-                await leasing.confirm_stop(
-                    self.driver,
-                    runner=self.runner,
-                    job_id=job,
-                    token=token,
-                    signal=None,
-                    reason="cancelled",
-                )
-                continue
-            with contextlib.suppress(StaleLease):
-                status = await leasing.report_lost(
-                    self.driver,
-                    runner=self.runner,
-                    job_id=job,
-                    token=token,
-                    reason="held but not running",
-                )
-                log.warning(
-                    "stray job=%d token=%d held but not running here: %s", job, token, status
-                )
-
-    async def _self_fence_once(self) -> None:
-        """Stop executions whose lease may expire unrenewed (the database is out of
-        reach) so that the stop, SIGKILL included, is over before the database could
-        expire the lease: the rule and its budget are in `fencing`."""
-        rule = FenceRule(self.lease_seconds)
-        now = time.monotonic()
-        for ex in list(self.executions.values()):
-            if ex.stop_reason is None and rule.due(ex.renewed_at, now):
-                log.warning(
-                    "self-fencing job=%d token=%d: lease not renewed for %.1fs (the database "
-                    "could expire it in %.1fs)",
-                    ex.claim.job_id,
-                    ex.claim.lease_version,
-                    now - ex.renewed_at,
-                    self.lease_seconds - (now - ex.renewed_at),
-                )
-                ex.request_stop("self_fenced", grace_s=rule.grace_s)
-
     async def _operation(self, project: str, name: str) -> Operation | None:
         if (project, name) not in self._operations:
             rows = await self.driver.fetch(queries.sql("lease_operations"))
@@ -657,171 +483,9 @@ class RunnerService:
 
     # -- leases, state, wake-ups -------------------------------------------------------
 
-    async def _heartbeat_once(self) -> None:
-        leases = [(j, ex.claim.lease_version) for j, ex in self.executions.items()]
-        sent = time.monotonic()
-        answers = await leasing.heartbeat(self.driver, runner=self.runner, leases=leases)
-        metrics.HEARTBEAT_LAG.set(time.monotonic() - sent)
-        for answer in answers:
-            if (ex := self.executions.get(answer.job_id)) is None:
-                continue
-            if answer.status == WriteStatus.OK or (
-                # its row is locked by this run's own handler transaction: nobody can take
-                # the lease while it is (claims take queued jobs; the reaper skips it)
-                answer.status == WriteStatus.BUSY and ex.in_transaction
-            ):
-                ex.renewed_at = sent
-        stale = [a.job_id for a in answers if a.status == "stale"]
-        metrics.STALE.labels("heartbeat").inc(len(stale))
-        if stale:
-            await self._stop_lost(stale)
-        await self._follow_state()
-
-    async def _stop_lost(self, job_ids: list[JobId]) -> None:
-        """Stop local executions whose lease this runner no longer holds."""
-        rows = await self.driver.fetch(queries.sql("lease_job_states"), job_ids)
-        for row in rows:
-            ex = self.executions.get(row["job_id"])
-            if ex is None:
-                continue
-            held = (
-                row["lease_owner"] == self.runner
-                and row["lease_version"] == ex.claim.lease_version
-                and row["state"] in ("claimed", "running")
-            )
-            if not held:
-                reason = "cancelled" if row["state"] == "cancelled" else "superseded"
-                log.info(
-                    "stopping job=%d token=%d: %s", ex.claim.job_id, ex.claim.lease_version, reason
-                )
-                ex.request_stop(reason)
-
-    async def _follow_state(self) -> None:
-        rows = await self.driver.fetch(queries.sql("runners_get_state"), self.runner)
-        before, self.state = self.state, RunnerState(rows[0]["state"])
-        if before != self.state:
-            log.info("runner state %s -> %s", before, self.state)
-            self._wake_all()
-        if self.state == RunnerState.DRAINED and self.config.exit_when_drained:
-            log.info("drained; exiting as asked (--exit-when-drained)")
-            self.request_shutdown()
-
-    async def _reap_once(self) -> None:
-        result = await leasing.reap(self.driver)
-        if result.requeued or result.failed:
-            log.info(
-                "reaped expired leases: %d requeued, %d failed", result.requeued, result.failed
-            )
-
-    def _wake_all(self) -> None:
-        for wake in self.wakes.values():
-            wake.set()
-
-    async def _listen(self, first: asyncpg.Connection) -> None:
-        """The dedicated LISTEN connection (never pooled: a pool runs UNLISTEN * on
-        release), re-established after a drop, with the runner id's lock taken again;
-        after each (re)connect every lane polls once, so a notification missed meanwhile
-        costs nothing."""
-        conn: asyncpg.Connection | None = first
-        backoff = loops.Backoff()
-        connects = 0
-        while not self.done.is_set():
-            if conn is None:
-                try:
-                    conn = await self._connect_listener()
-                except identity.RunnerIdInUse as exc:
-                    log.critical("%s; shutting down (this process no longer owns it)", exc)
-                    self.exit_code = 1
-                    self.displaced = True
-                    self.request_shutdown()
-                    return
-                except Exception as exc:
-                    if (error := loops.environmental(exc)) is None:
-                        raise
-                    delay = await backoff.sleep(self.done)
-                    log.warning("LISTEN connection failed (%s); retried after %.1fs", error, delay)
-                    continue
-            lost = asyncio.Event()
-            connected = time.monotonic()
-            try:
-                conn.add_termination_listener(functools.partial(_set_event, lost))
-                await conn.add_listener("fleetq_work", self._on_work)
-                await conn.add_listener("fleetq_control", self._on_control)
-                if connects:
-                    log.info("LISTEN connection re-established; polling once")
-                connects += 1
-                self._wake_all()
-                await self._watch(conn, lost)
-            except Exception as exc:
-                if (error := loops.environmental(exc)) is None:
-                    raise
-                log.warning("LISTEN connection lost (%s); reconnecting", error)
-            finally:
-                await _close_quietly(conn)
-                conn = None
-            if time.monotonic() - connected > PING_S:
-                backoff.reset()  # it lived: the next drop is news, not a flapping server
-            else:
-                await backoff.sleep(self.done)  # gone at once: do not reconnect in a spin
-
-    async def _watch(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
-        while not self.done.is_set() and not lost.is_set():
-            stop = asyncio.ensure_future(self.done.wait())
-            gone = asyncio.ensure_future(lost.wait())
-            await asyncio.wait({stop, gone}, timeout=PING_S, return_when=asyncio.FIRST_COMPLETED)
-            stop.cancel()
-            gone.cancel()
-            if not self.done.is_set() and not lost.is_set():
-                await conn.fetchval("SELECT 1", timeout=5)  # a silent network drop shows here
-
-    def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        wake = self.wakes.get(str(payload))
-        if wake is not None:
-            wake.set()
-
-    def _on_control(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        kind, _, ident = str(payload).partition(":")
-        if kind == "runner" and ident == self.runner:
-            self._spawn(self._follow_state())
-        elif kind == "job" and ident.isdigit() and JobId(int(ident)) in self.executions:
-            self._spawn(self._stop_lost([JobId(int(ident))]))
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(self._quietly(coro))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _quietly(self, coro: Any) -> None:
-        try:
-            await coro
-        except Exception as exc:
-            if (error := loops.environmental(exc)) is None:
-                await self._guarded("a control action", _reraise(exc))
-                return
-            log.warning("control action failed: %s", error)
-
-    @property
-    def _background(self) -> set[asyncio.Task[None]]:
-        if not hasattr(self, "_bg"):
-            self._bg: set[asyncio.Task[None]] = set()
-        return self._bg
-
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:
     """Nothing to reset (see RunnerService.run)."""
-
-
-def _set_event(event: asyncio.Event, _conn: object) -> None:
-    event.set()
-
-
-async def _close_quietly(conn: asyncpg.Connection) -> None:
-    with contextlib.suppress(Exception):
-        await conn.close(timeout=2)
-
-
-async def _reraise(exc: BaseException) -> None:
-    raise exc
 
 
 def install_signals(service: RunnerService, add: Callable[[int, Callable[[], None]], None]) -> None:

@@ -1,0 +1,129 @@
+"""Control: the dedicated LISTEN connection (wake-ups per lane, operator actions on
+jobs and on this runner), holding the lock on the runner id (`identity`), re-established
+after a drop with every lane polling once, so a notification missed meanwhile costs
+nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+
+import asyncpg
+
+from fleetq.core.driver import mapped_errors
+from fleetq.core.models import JobId
+from fleetq.runner import identity, loops
+from fleetq.runner.base import RunnerBase, log
+
+PING_S = 10.0
+# If this node dies, the server ends the LISTEN session (and frees the runner id) within
+# about half a minute, not the kernel's two hours.
+LISTEN_KEEPALIVES = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+}
+
+
+class Control(RunnerBase):
+    """The LISTEN connection and the runner-id lock."""
+
+    async def _connect_listener(self) -> asyncpg.Connection:
+        """The dedicated LISTEN connection, holding the lock on this runner's id."""
+        name = identity.application_name(self._token)
+        # Keepalives: if this node dies, the server ends the session (and frees the
+        # runner id) within about half a minute, not the kernel's two hours.
+        settings = {**self.session_settings, **LISTEN_KEEPALIVES, "application_name": name}
+        with mapped_errors():
+            conn = await asyncpg.connect(
+                self.dsn,
+                timeout=10,
+                server_settings={k: v for k, v in settings.items() if k not in self.dsn_names},
+            )
+        try:
+            with mapped_errors():
+                await identity.take(conn, self.runner, name)
+        except BaseException:
+            await close_quietly(conn)
+            raise
+        return conn
+
+    async def _listen(self, first: asyncpg.Connection) -> None:
+        """The dedicated LISTEN connection (never pooled: a pool runs UNLISTEN * on
+        release), re-established after a drop, with the runner id's lock taken again;
+        after each (re)connect every lane polls once, so a notification missed meanwhile
+        costs nothing."""
+        conn: asyncpg.Connection | None = first
+        backoff = loops.Backoff()
+        connects = 0
+        while not self.done.is_set():
+            if conn is None:
+                try:
+                    conn = await self._connect_listener()
+                except identity.RunnerIdInUse as exc:
+                    log.critical("%s; shutting down (this process no longer owns it)", exc)
+                    self.exit_code = 1
+                    self.displaced = True
+                    self.request_shutdown()
+                    return
+                except Exception as exc:
+                    if (error := loops.environmental(exc)) is None:
+                        raise
+                    delay = await backoff.sleep(self.done)
+                    log.warning("LISTEN connection failed (%s); retried after %.1fs", error, delay)
+                    continue
+            lost = asyncio.Event()
+            connected = time.monotonic()
+            try:
+                conn.add_termination_listener(functools.partial(_set_event, lost))
+                await conn.add_listener("fleetq_work", self._on_work)
+                await conn.add_listener("fleetq_control", self._on_control)
+                if connects:
+                    log.info("LISTEN connection re-established; polling once")
+                connects += 1
+                self._wake_all()
+                await self._watch(conn, lost)
+            except Exception as exc:
+                if (error := loops.environmental(exc)) is None:
+                    raise
+                log.warning("LISTEN connection lost (%s); reconnecting", error)
+            finally:
+                await close_quietly(conn)
+                conn = None
+            if time.monotonic() - connected > PING_S:
+                backoff.reset()  # it lived: the next drop is news, not a flapping server
+            else:
+                await backoff.sleep(self.done)  # gone at once: do not reconnect in a spin
+
+    async def _watch(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
+        while not self.done.is_set() and not lost.is_set():
+            stop = asyncio.ensure_future(self.done.wait())
+            gone = asyncio.ensure_future(lost.wait())
+            await asyncio.wait({stop, gone}, timeout=PING_S, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            gone.cancel()
+            if not self.done.is_set() and not lost.is_set():
+                await conn.fetchval("SELECT 1", timeout=5)  # a silent network drop shows here
+
+    def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        wake = self.wakes.get(str(payload))
+        if wake is not None:
+            wake.set()
+
+    def _on_control(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        kind, _, ident = str(payload).partition(":")
+        if kind == "runner" and ident == self.runner:
+            self._spawn(self._follow_state())
+        elif kind == "job" and ident.isdigit() and JobId(int(ident)) in self.executions:
+            self._spawn(self._stop_lost([JobId(int(ident))]))
+
+
+def _set_event(event: asyncio.Event, _conn: object) -> None:
+    event.set()
+
+
+async def close_quietly(conn: asyncpg.Connection) -> None:
+    with contextlib.suppress(Exception):
+        await conn.close(timeout=2)

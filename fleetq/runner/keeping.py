@@ -1,0 +1,177 @@
+"""Keeping leases: renewal, the self-fence, stopping what this runner no longer holds,
+confirming stops, the periodic collection pass, the reaper pass, and following the
+runner's own row (pause, drain). The self-fence rule itself is in `fencing`."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from fleetq.core import fleet, leasing, queries
+from fleetq.core.errors import StaleLease
+from fleetq.core.models import FencingToken, JobId, RunnerState, WriteStatus
+from fleetq.runner import metrics
+from fleetq.runner.base import RunnerBase, log
+from fleetq.runner.execution import Execution
+from fleetq.runner.fencing import FenceRule
+
+
+class LeaseKeeping(RunnerBase):
+    """Renewal, fencing, stops and the periodic passes."""
+
+    def _beat_s(self) -> float:
+        """Renew often enough for the lease and for the offline threshold alike."""
+        return max(0.2, min(self.lease_seconds, self.offline_after_seconds) / 3)
+
+    async def _heartbeat_once(self) -> None:
+        leases = [(j, ex.claim.lease_version) for j, ex in self.executions.items()]
+        sent = time.monotonic()
+        answers = await leasing.heartbeat(self.driver, runner=self.runner, leases=leases)
+        metrics.HEARTBEAT_LAG.set(time.monotonic() - sent)
+        for answer in answers:
+            if (ex := self.executions.get(answer.job_id)) is None:
+                continue
+            if answer.status == WriteStatus.OK or (
+                # its row is locked by this run's own handler transaction: nobody can take
+                # the lease while it is (claims take queued jobs; the reaper skips it)
+                answer.status == WriteStatus.BUSY and ex.in_transaction
+            ):
+                ex.renewed_at = sent
+        stale = [a.job_id for a in answers if a.status == "stale"]
+        metrics.STALE.labels("heartbeat").inc(len(stale))
+        if stale:
+            await self._stop_lost(stale)
+        await self._follow_state()
+
+    async def _stop_lost(self, job_ids: list[JobId]) -> None:
+        """Stop local executions whose lease this runner no longer holds."""
+        rows = await self.driver.fetch(queries.sql("lease_job_states"), job_ids)
+        for row in rows:
+            ex = self.executions.get(row["job_id"])
+            if ex is None:
+                continue
+            held = (
+                row["lease_owner"] == self.runner
+                and row["lease_version"] == ex.claim.lease_version
+                and row["state"] in ("claimed", "running")
+            )
+            if not held:
+                reason = "cancelled" if row["state"] == "cancelled" else "superseded"
+                log.info(
+                    "stopping job=%d token=%d: %s", ex.claim.job_id, ex.claim.lease_version, reason
+                )
+                ex.request_stop(reason)
+
+    async def _self_fence_once(self) -> None:
+        """Stop executions whose lease may expire unrenewed (the database is out of
+        reach) so that the stop, SIGKILL included, is over before the database could
+        expire the lease: the rule and its budget are in `fencing`."""
+        rule = FenceRule(self.lease_seconds)
+        now = time.monotonic()
+        for ex in list(self.executions.values()):
+            if ex.stop_reason is None and rule.due(ex.renewed_at, now):
+                log.warning(
+                    "self-fencing job=%d token=%d: lease not renewed for %.1fs (the database "
+                    "could expire it in %.1fs)",
+                    ex.claim.job_id,
+                    ex.claim.lease_version,
+                    now - ex.renewed_at,
+                    self.lease_seconds - (now - ex.renewed_at),
+                )
+                ex.request_stop("self_fenced", grace_s=rule.grace_s)
+
+    async def _confirm(self, ex: Execution, reason: str) -> None:
+        c = ex.claim
+        if reason == "self_fenced":
+            # Fenced blind (the database was unreachable); now that it answers, say what
+            # really happened meanwhile: superseded or cancelled wins over self_fenced.
+            (row,) = await self.driver.fetch(queries.sql("lease_job_states"), [c.job_id])
+            if row["state"] == "cancelled":
+                reason = "cancelled"
+            elif row["lease_version"] != c.lease_version:
+                reason = "superseded"
+        await leasing.confirm_stop(
+            self.driver,
+            runner=self.runner,
+            job_id=c.job_id,
+            token=c.lease_version,
+            signal=ex.signal,
+            reason=reason,
+        )
+        log.info("stop confirmed job=%d token=%d reason=%s", c.job_id, c.lease_version, reason)
+        if reason == "self_fenced":
+            # If the lease is somehow still ours (only our connection was cut), hand it
+            # back so the job runs again now rather than at expiry.
+            # Counted as a reassignment: a job cannot cycle through self-fences for ever.
+            with contextlib.suppress(StaleLease):
+                status = await leasing.release(
+                    self.driver,
+                    runner=self.runner,
+                    job_id=c.job_id,
+                    token=c.lease_version,
+                    reason="self-fenced",
+                    fenced=True,
+                )
+                log.info(
+                    "self-fenced job=%d token=%d handed back: %s", c.job_id, c.lease_version, status
+                )
+
+    async def _drain_self(self, reason: str) -> None:
+        await fleet.set_state(
+            self.driver,
+            runner=self.runner,
+            state=RunnerState.DRAINING,
+            reason=reason,
+            actor=self.runner,
+        )
+
+    async def _strays_once(self) -> None:
+        """The periodic collection pass: what the database says this runner holds but
+        nothing here runs (say, a claim whose reply was lost for good) is settled now
+        rather than at lease expiry. Claims younger than a lease are left alone: their
+        answer may still be on its way to the claim loop."""
+        if self.displaced:
+            return
+        for row in await self.driver.fetch(queries.sql("lease_held_by"), self.runner):
+            job = JobId(row["job_id"])
+            if job in self.executions or (row["held_s"] or 0) < self.lease_seconds:
+                continue
+            token = FencingToken(row["lease_version"])
+            if row["state"] == "cancelled":
+                await leasing.confirm_stop(
+                    self.driver,
+                    runner=self.runner,
+                    job_id=job,
+                    token=token,
+                    signal=None,
+                    reason="cancelled",
+                )
+                continue
+            with contextlib.suppress(StaleLease):
+                status = await leasing.report_lost(
+                    self.driver,
+                    runner=self.runner,
+                    job_id=job,
+                    token=token,
+                    reason="held but not running",
+                )
+                log.warning(
+                    "stray job=%d token=%d held but not running here: %s", job, token, status
+                )
+
+    async def _reap_once(self) -> None:
+        result = await leasing.reap(self.driver)
+        if result.requeued or result.failed:
+            log.info(
+                "reaped expired leases: %d requeued, %d failed", result.requeued, result.failed
+            )
+
+    async def _follow_state(self) -> None:
+        rows = await self.driver.fetch(queries.sql("runners_get_state"), self.runner)
+        before, self.state = self.state, RunnerState(rows[0]["state"])
+        if before != self.state:
+            log.info("runner state %s -> %s", before, self.state)
+            self._wake_all()
+        if self.state == RunnerState.DRAINED and self.config.exit_when_drained:
+            log.info("drained; exiting as asked (--exit-when-drained)")
+            self.request_shutdown()
