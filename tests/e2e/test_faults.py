@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from fleetq.core.db import connect
 from fleetq.core.embedded import EmbeddedServer
 from fleetq.runner import executor
 from tests.conftest import FAST, make_home
-from tests.e2e.conftest import FLEET, Repo, job_state, wait_until
+from tests.e2e.conftest import FLEET, ROOT, Repo, job_state, wait_until
 from tests.e2e.test_runner import _submit
 
 pytestmark = pytest.mark.slow
@@ -47,9 +48,12 @@ def _fleet(server: EmbeddedServer, repo: Repo, tmp_path: Path, *, lease: int) ->
     return dsn
 
 
-def _runner(dsn: str, tmp_path: Path, *lanes: str) -> tuple[subprocess.Popen[bytes], Path]:
-    """A runner process logging to a file (returned with it)."""
-    log = tmp_path / "runner.log"
+def _runner(
+    dsn: str, tmp_path: Path, *lanes: str, node: str = "n", name: str = "runner"
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A runner process `NODE/NAME` logging to a file (returned with it); unlike the
+    `start_runner` fixture, nothing waits for it to serve."""
+    log = tmp_path / f"{node}-{name}.log"
     argv = [
         sys.executable,
         "-m",
@@ -57,15 +61,18 @@ def _runner(dsn: str, tmp_path: Path, *lanes: str) -> tuple[subprocess.Popen[byt
         "--dsn",
         dsn,
         "--node",
-        "n",
+        node,
+        "--name",
+        name,
         "--work-dir",
         str(tmp_path / "work"),
         "--poll",
         "0.2",
         *[a for lane in lanes for a in ("--lane", lane)],
     ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(log, "wb") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT), log
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT), log
 
 
 def test_runner_survives_a_postgres_restart(

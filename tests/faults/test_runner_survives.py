@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -20,8 +19,8 @@ from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
 from fleetq.core.embedded import EmbeddedServer
 from fleetq.core.models import RunnerId
-from tests.e2e.conftest import ROOT, Repo, StartRunner, job_state, wait_until
-from tests.e2e.test_faults import _fleet
+from tests.e2e.conftest import Repo, StartRunner, job_state, wait_until
+from tests.e2e.test_faults import _fleet, _runner
 from tests.e2e.test_runner import _submit
 
 pytestmark = pytest.mark.slow
@@ -38,27 +37,7 @@ def _spawn(
     dsn: str, tmp_path: Path, node: str, *lanes: str
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """A runner `NODE/r` that may not get as far as serving."""
-    log = tmp_path / f"{node}-spawned.log"
-    argv = [
-        sys.executable,
-        "-m",
-        "fleetq.runner",
-        "--dsn",
-        dsn,
-        "--node",
-        node,
-        "--name",
-        "r",
-        "--work-dir",
-        str(tmp_path / "work"),
-        "--poll",
-        "0.2",
-        *[a for lane in lanes for a in ("--lane", lane)],
-    ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    return proc, log
+    return _runner(dsn, tmp_path, *lanes, node=node, name="r")
 
 
 def _one(conn: SyncConnection, sql: str, *params: object) -> object:
