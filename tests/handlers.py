@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from fleetq.core import leasing
+from fleetq.core.driver import AsyncpgDriver
 from fleetq.runner.context import JobContext
 
 
@@ -53,6 +55,23 @@ async def hold_transaction(ctx: JobContext) -> str:
     the effect: a long handler transaction, as real handlers have."""
     async with ctx.transaction() as conn:
         await asyncio.sleep(float(ctx.claim.payload.get("seconds", 0)))
+        await conn.execute(
+            "INSERT INTO effects (job_id, token) VALUES ($1, $2)", ctx.claim.job_id, ctx.token
+        )
+    return f"effect written under token {ctx.token}"
+
+
+async def effect_and_ledger(ctx: JobContext) -> str:
+    """The fault suite's handler job: write the fenced ledger under the job's key, then
+    the in-database effect in the outcome's own transaction (so: exactly once)."""
+    await leasing.fenced_write(
+        AsyncpgDriver(ctx.pool),
+        key=f"job-{ctx.claim.job_id}",
+        job_id=ctx.claim.job_id,
+        token=ctx.claim.lease_version,
+        value={"runner": ctx.runner},
+    )
+    async with ctx.transaction(finish=True) as conn:
         await conn.execute(
             "INSERT INTO effects (job_id, token) VALUES ($1, $2)", ctx.claim.job_id, ctx.token
         )

@@ -66,7 +66,10 @@ def _do_stats(args: argparse.Namespace) -> int:
     r = figures.recovery
     delay = f"p50 {r.p50_s:.3f}s, max {r.max_s:.3f}s" if r.p50_s is not None else "none yet"
     print(f"expiries and losses: {r.incidents}, claimed again: {r.recovered} ({delay})")
-    print(f"stale-lease rejections: {figures.stale_rejections}")
+    print(
+        f"zombie writes refused: {figures.stale_rejections} "
+        f"(and {figures.self_races} races with a runner's own outcome, benign)"
+    )
     if figures.queue_wait:
         print("\nqueue wait (created -> claimed):")
         print(

@@ -36,6 +36,7 @@ import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 from urllib.parse import quote
 
 import psycopg
@@ -155,13 +156,14 @@ class EmbeddedServer:
             self._ensure_database(status.dsn)
             return status
 
-    def stop(self) -> bool:
-        """Stop the server (fast shutdown: running transactions roll back). False if it
-        was not running."""
+    def stop(self, mode: Literal["fast", "immediate"] = "fast") -> bool:
+        """Stop the server. `fast`: running transactions roll back, a clean shutdown;
+        `immediate`: no shutdown checkpoint, recovery at the next start, as after a
+        crash (the fault suite uses it). False if it was not running."""
         with self._locked():
             if self._postmaster() is None:
                 return False
-            self._run(["pg_ctl", "stop", "-D", str(self.pgdata), "-m", "fast", "-w", "-t", "60"])
+            self._run(["pg_ctl", "stop", "-D", str(self.pgdata), "-m", mode, "-w", "-t", "60"])
             return True
 
     def version(self) -> str:

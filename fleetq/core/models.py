@@ -212,7 +212,8 @@ class Runner(_Row):
     state_actor: str | None
     state_changed_at: datetime
     last_heartbeat_at: datetime
-    stale_rejections: int
+    stale_rejections: int  # zombie writes refused (its lease had moved on)
+    self_races: int = 0  # refused writes that raced its own committed outcome
     lanes: dict[str, list[int]]  # lane -> [slots, slots used]
     live_jobs: int
 

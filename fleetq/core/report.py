@@ -137,7 +137,8 @@ class RunFigures(_Row):
     recoveries: list[Recovery]
     stops: list[Stop]
     overlaps: list[stats.Overlap]
-    stale_rejections: dict[str, int]
+    stale_rejections: dict[str, int]  # zombie writes, by kind of write
+    self_races: int = 0  # refused writes that raced the writer's own outcome
     ledger_writes: int
     ledger_refused: int
     ledger_violations: int
@@ -236,6 +237,7 @@ async def gather(
         stale_rejections={
             str(r["write"]): int(r["rejections"]) for r in await rows("report_stale")
         },
+        self_races=int((await rows("report_self_races"))[0]["self_races"]),
         ledger_writes=int(ledger["writes"]),
         ledger_refused=int(ledger["refused"]),
         ledger_violations=await leasing.fenced_violations(driver),

@@ -61,7 +61,8 @@ class Stats(BaseModel):
     duplicate_execution_incidents: int
     open_overlaps: int
     recovery: Recovery
-    stale_rejections: int
+    stale_rejections: int  # zombie writes: the writer's lease had moved on
+    self_races: int = 0  # refused writes that raced the writer's own committed outcome
 
 
 async def overlaps(
@@ -88,4 +89,5 @@ async def stats(driver: Driver) -> Stats:
         open_overlaps=sum(o.open for o in found),
         recovery=Recovery.model_validate(recovery),
         stale_rejections=int(stale["stale_rejections"]),
+        self_races=int(stale["self_races"]),
     )

@@ -258,7 +258,9 @@ def _fencing(fig: RunFigures, log: RunLog) -> str:
     stale = sum(fig.stale_rejections.values())
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(fig.stale_rejections.items()))
     return (
-        f"stale-lease rejections: {stale}" + (f" ({kinds})" if kinds else "") + "\n"
+        f"zombie writes refused: {stale}"
+        + (f" ({kinds})" if kinds else "")
+        + f"; races with a runner's own outcome: {fig.self_races}\n"
         f"fenced ledger: {fig.ledger_writes} writes, {fig.ledger_refused} refused as stale, "
         f"{fig.ledger_violations} violations"
     )

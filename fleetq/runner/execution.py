@@ -214,7 +214,7 @@ async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_
         metrics.STARTS.inc()
         log.info("started job=%d token=%d pid=%d", ex.claim.job_id, ex.claim.lease_version, pid)
     except StaleLease:
-        metrics.STALE.labels("start").inc()
+        metrics.STALE.labels("start", "zombie").inc()
         ex.request_stop("stale")
     except FleetqError as exc:
         # Any database error (connection lost, lock timeout): the lease is still ours
@@ -231,7 +231,7 @@ async def _record(
     if finished.reason == "stop-unconfirmed":
         ex.stop_unconfirmed = True
     if finished.lost is not None:
-        await _report_lost(ex, kit, finished.lost)
+        await hand_back(ex, kit, finished.lost)
         return
     if finished.outcome is None:
         log.info("stopped job=%d token=%d reason=%s", c.job_id, c.lease_version, ex.stop_reason)
@@ -271,21 +271,28 @@ async def _record(
     )
 
 
-async def _report_lost(ex: Execution, kit: Toolkit, reason: str) -> None:
-    """A run cut off by a transient failure: requeued once, then failed as lost; a
-    stale answer means the job had moved on (an outcome that did commit stands)."""
+async def hand_back(ex: Execution, kit: Toolkit, reason: str) -> None:
+    """A run cut off by a transient failure (its database connection was lost): handed
+    back at once, counted against the reassignment cap like an expiry, so a flaky
+    network retries the job a few times rather than failing it, and never without end.
+    A stale answer means the job had moved on (an outcome that did commit stands)."""
     c = ex.claim
-    log.warning("job=%d token=%d lost: %s", c.job_id, c.lease_version, reason)
+    log.warning("job=%d token=%d cut off: %s", c.job_id, c.lease_version, reason)
 
     async def write() -> None:
         with contextlib.suppress(StaleLease):
-            status = await leasing.report_lost(
-                kit.driver, runner=kit.runner, job_id=c.job_id, token=c.lease_version, reason=reason
+            status = await leasing.release(
+                kit.driver,
+                runner=kit.runner,
+                job_id=c.job_id,
+                token=c.lease_version,
+                reason=reason,
+                fenced=True,
             )
-            log.info("job=%d token=%d reported lost: %s", c.job_id, c.lease_version, status)
+            log.info("job=%d token=%d handed back: %s", c.job_id, c.lease_version, status)
         ex.recorded = True
 
-    await persist(f"loss of job={c.job_id}", write, kit.stopping)
+    await persist(f"hand-back of job={c.job_id}", write, kit.stopping)
 
 
 def run_name(job_id: int, token: int, run_id: uuid.UUID) -> str:

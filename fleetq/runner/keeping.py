@@ -24,7 +24,8 @@ class LeaseKeeping(RunnerBase):
         return max(0.2, min(self.lease_seconds, self.offline_after_seconds) / 3)
 
     async def _heartbeat_once(self) -> None:
-        leases = [(j, ex.claim.lease_version) for j, ex in self.executions.items()]
+        asked = dict(self.executions)
+        leases = [(j, ex.claim.lease_version) for j, ex in asked.items()]
         sent = time.monotonic()
         answers = await leasing.heartbeat(self.driver, runner=self.runner, leases=leases)
         metrics.HEARTBEAT_LAG.set(time.monotonic() - sent)
@@ -37,8 +38,11 @@ class LeaseKeeping(RunnerBase):
                 answer.status == WriteStatus.BUSY and ex.in_transaction
             ):
                 ex.renewed_at = sent
-        stale = [a.job_id for a in answers if a.status == "stale"]
-        metrics.STALE.labels("heartbeat").inc(len(stale))
+        stale = [a.job_id for a in answers if a.status == WriteStatus.STALE]
+        for job in stale:
+            # a renewal that raced this run's own recorded outcome is benign
+            kind = "self_race" if asked[job].recorded else "zombie"
+            metrics.STALE.labels("heartbeat", kind).inc()
         if stale:
             await self._stop_lost(stale)
         await self._follow_state()

@@ -10,8 +10,13 @@ REGISTRY = CollectorRegistry()
 CLAIMS = Counter("fleetq_claims", "Jobs claimed", ["lane"], registry=REGISTRY)
 STARTS = Counter("fleetq_starts", "Start reports sent", registry=REGISTRY)
 OUTCOMES = Counter("fleetq_outcomes", "Outcomes recorded", ["outcome"], registry=REGISTRY)
+# kind: "zombie" (the lease had moved on) or "self_race" (the write raced this runner's
+# own committed outcome or hand-back: benign)
 STALE = Counter(
-    "fleetq_stale_lease_rejections", "Fenced writes refused as stale", ["write"], registry=REGISTRY
+    "fleetq_stale_lease_rejections",
+    "Fenced writes refused as stale",
+    ["write", "kind"],
+    registry=REGISTRY,
 )
 HEARTBEAT_LAG = Gauge(
     "fleetq_heartbeat_lag_seconds", "Time the last heartbeat round trip took", registry=REGISTRY

@@ -134,7 +134,7 @@ class Reporter:
         self, report: OutcomeReport, future: asyncio.Future[WriteStatus], status: WriteStatus
     ) -> None:
         if status == WriteStatus.STALE:
-            metrics.STALE.labels("outcome").inc()
+            metrics.STALE.labels("outcome", "zombie").inc()
             log.warning(
                 "outcome stale job=%d token=%d: the lease had moved on; not retried",
                 report.job_id,

@@ -48,7 +48,14 @@ from fleetq.runner.claiming import Claiming
 from fleetq.runner.collection import collect
 from fleetq.runner.config import RunnerConfig
 from fleetq.runner.control import Control, close_quietly
-from fleetq.runner.execution import Execution, Operation, Toolkit, carry_on, carry_out
+from fleetq.runner.execution import (
+    Execution,
+    Operation,
+    Toolkit,
+    carry_on,
+    carry_out,
+    hand_back,
+)
 from fleetq.runner.fencing import SELF_FENCE_CHECK_S
 from fleetq.runner.journal import Entry, Journal
 from fleetq.runner.keeping import LeaseKeeping
@@ -395,11 +402,17 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         and record an outcome that says why, so the job neither runs unwatched nor holds
         a slot until its lease runs out."""
         c = ex.claim
-        log.error("execution of job=%d failed inside the runner", c.job_id, exc_info=exc)
         if ex.pid is not None:
             await executor.terminate_group(ex.pid, grace_s=executor.STOP_GRACE_S)
         if ex.recorded or ex.stop_reason is not None:
             return
+        error = loops.environmental(exc)
+        if error is not None and loops.transient(error):
+            # the database went away under one of the execution's own calls (reading its
+            # operation, reporting): not the job's failure, and not a bug
+            await hand_back(ex, self.kit, f"database connection lost: {error}")
+            return
+        log.error("execution of job=%d failed inside the runner", c.job_id, exc_info=exc)
         report = OutcomeReport(
             job_id=c.job_id,
             lease_version=c.lease_version,

@@ -8,7 +8,11 @@ server's Unix socket (so the embedded server's local trust auth still applies). 
   or new connections; nothing is closed either, so the runner sees silence, not an
   error, exactly as when a network path dies;
 - `heal()`: back to `pass`, resetting the connections the partition held (their
-  protocol state is unknown), so the runner reconnects.
+  protocol state is unknown), so the runner reconnects;
+- `degrade(latency_s, drop, lose_replies)`: each chunk waits `latency_s`; with
+  probability `drop` a chunk in either direction resets the connection (RST) instead of
+  passing; with probability `lose_replies` a chunk from the server does (the statement
+  ran, possibly committed, and its reply is lost).
 
 The proxy runs its own event loop in a thread, so a test drives it from synchronous code.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 import struct
 import threading
@@ -39,6 +44,9 @@ class FaultProxy:
         self._unix = Path(host) / f".s.PGSQL.{port}" if host.startswith("/") else None
         self._tcp = (host, port)
         self._writers: set[asyncio.StreamWriter] = set()
+        self.latency_s = self.drop = self.lose_replies = 0.0
+        self._resets = 0
+        self._random = random.Random(dsn)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -58,6 +66,16 @@ class FaultProxy:
 
     def blackhole(self) -> None:
         self._call(self._set_mode, "blackhole")
+
+    def degrade(
+        self, *, latency_s: float = 0.0, drop: float = 0.0, lose_replies: float = 0.0
+    ) -> None:
+        self.latency_s, self.drop, self.lose_replies = latency_s, drop, lose_replies
+
+    @property
+    def resets(self) -> int:
+        """Connections this proxy reset on purpose (drops and lost replies)."""
+        return self._resets
 
     def heal(self) -> None:
         self._call(self._heal)
@@ -117,17 +135,34 @@ class FaultProxy:
             return
         self._writers.add(server_w)
         await asyncio.gather(
-            self._pump(client_r, server_w), self._pump(server_r, client_w), return_exceptions=True
+            self._pump(client_r, server_w, (client_w, server_w), from_server=False),
+            self._pump(server_r, client_w, (client_w, server_w), from_server=True),
+            return_exceptions=True,
         )
         for writer in (client_w, server_w):
             self._writers.discard(writer)
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter],
+        *,
+        from_server: bool,
+    ) -> None:
         while data := await reader.read(_CHUNK):
             await self._open.wait()  # a partition holds the bytes: silence, not an error
             if writer.is_closing():
+                return
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+            odds = self.drop + (self.lose_replies if from_server else 0.0)
+            if odds and self._random.random() < odds:
+                self._resets += 1
+                for end in pair:
+                    _reset(end)
                 return
             writer.write(data)
             await writer.drain()

@@ -140,7 +140,8 @@ def test_a_handler_cut_off_by_a_lost_connection_runs_again(
     fleet_dsn: str, repo: Repo, start_runner: StartRunner
 ) -> None:
     """asyncpg's own error escaped `ctx.transaction()` and the job failed for good
-    (`failed/exception`); a lost connection is now a lost run, requeued once."""
+    (`failed/exception`); a lost connection now hands the job back at once, counted as a
+    reassignment (bounded by the cap), and the job runs again."""
     runner = start_runner()
     with connect(fleet_dsn, autocommit=True) as conn:
         job = _submit(conn, "stall", repo.head)
@@ -154,7 +155,10 @@ def test_a_handler_cut_off_by_a_lost_connection_runs_again(
         )
         conn.execute(f"SELECT pg_terminate_backend(pid) FROM ({stalled}) s".encode())
         wait_until(lambda: job_state(conn, job) == "succeeded", what="the job to run again")
-        assert _one(conn, "SELECT lost_count FROM fleetq.jobs WHERE id = $1", job) == 1
+        counts = conn.execute(
+            b"SELECT lost_count, reassign_count FROM fleetq.jobs WHERE id = $1", [job]
+        ).fetchone()
+        assert counts is not None and tuple(counts) == (0, 1)
         effects = conn.execute(b"SELECT job_id, token FROM effects").fetchall()
         assert [tuple(e) for e in effects] == [(job, 2)]
     assert runner.proc.poll() is None
@@ -217,7 +221,7 @@ def test_output_the_database_cannot_store_does_not_hold_outcomes_back(
 def test_a_handler_s_own_oserror_is_a_failure_not_a_lost_run(
     fleet_dsn: str, repo: Repo, start_runner: StartRunner
 ) -> None:
-    """Only the loss of fleetq's own database connection is a lost run (requeued)."""
+    """Only the loss of fleetq's own database connection hands a job back to run again."""
     start_runner()
     with connect(fleet_dsn, autocommit=True) as conn:
         job = _submit(conn, "oserror", repo.head)

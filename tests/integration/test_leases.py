@@ -588,3 +588,24 @@ async def test_renewal_skips_a_row_another_transaction_holds(driver: Driver, db_
     ]
     kinds = [e.kind for e in await readers.events(driver, job_id=held.job_id)]
     assert "stale_rejected" not in kinds
+
+
+async def test_a_write_racing_the_runner_s_own_outcome_is_a_self_race(driver: Driver) -> None:
+    """A heartbeat or a release that raced the runner's own committed outcome was counted
+    as a stale rejection, like a zombie's (2 in a run with no fault at all)."""
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    assert await leasing.complete(driver, runner=runner, outcome=_outcome(claim)) == "ok"
+    (beat,) = await leasing.heartbeat(
+        driver, runner=runner, leases=[(claim.job_id, claim.lease_version)]
+    )
+    assert beat.status == WriteStatus.STALE  # the answer itself is unchanged
+    with pytest.raises(StaleLease):
+        await leasing.release(
+            driver, runner=runner, job_id=claim.job_id, token=claim.lease_version, reason="bye"
+        )
+    (row,) = [r for r in await fleet_api.runners(driver) if r.id == runner]
+    assert (row.stale_rejections, row.self_races) == (0, 2)
+    kinds = [e.kind for e in await readers.events(driver, job_id=claim.job_id)]
+    assert kinds.count("stale_self_race") == 2 and "stale_rejected" not in kinds

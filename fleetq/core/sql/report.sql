@@ -120,13 +120,20 @@ WHERE x.job_id = ANY ($1::bigint[]) AND x.stop_reason IS NOT NULL
 ORDER BY x.job_id, x.lease_version;
 
 -- name: report_stale
--- Fenced writes refused because the writer no longer held the lease, by kind of write.
--- $1 job ids
+-- Zombie writes: fenced writes refused because the writer no longer held the lease (not
+-- its races with its own outcome, counted apart below), by kind of write. $1 job ids
 SELECT coalesce(detail ->> 'write', '') AS write, count(*) AS rejections
 FROM fleetq.events
 WHERE job_id = ANY ($1::bigint[]) AND kind = 'stale_rejected'
 GROUP BY 1
 ORDER BY 1;
+
+-- name: report_self_races
+-- Writes refused because they raced the writer's own committed outcome or hand-back:
+-- benign, counted apart from zombie writes. $1 job ids
+SELECT count(*) AS self_races
+FROM fleetq.events
+WHERE job_id = ANY ($1::bigint[]) AND kind = 'stale_self_race';
 
 -- name: report_ledger
 -- Writes of the run's jobs to the fenced ledger: how many, and how many it refused.

@@ -62,5 +62,7 @@ WHERE e.kind IN ('lease_expired', 'lost');
 SELECT state, count(*) AS jobs FROM fleetq.jobs GROUP BY state ORDER BY state;
 
 -- name: stats_stale
--- Fenced writes refused as stale, fleet-wide.
-SELECT coalesce(sum(stale_rejections), 0) AS stale_rejections FROM fleetq.runners;
+-- Zombie writes refused as stale, and races with a runner's own outcome, fleet-wide.
+SELECT coalesce(sum(stale_rejections), 0) AS stale_rejections,
+       coalesce(sum(self_races), 0) AS self_races
+FROM fleetq.runners;
