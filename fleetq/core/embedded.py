@@ -104,7 +104,7 @@ class EmbeddedServer:
         self._as_root = os.geteuid() == 0
         # PostgreSQL's programs: this environment's wheel unless told (tests lay one out).
         self.bundle = bundle or installed()
-        self._programs: Path | None = None
+        self._runnable_bundle: Bundle | None = None  # found once: it probes as the server user
 
     # -- public operations -------------------------------------------------------------
 
@@ -342,14 +342,17 @@ class EmbeddedServer:
 
     def _bin_dir(self) -> Path:
         """Where the programs are run from (found once per instance)."""
-        if self._programs is None:
-            self._programs = self._runnable().bin
-        return self._programs
+        return self._runnable().bin
 
     def _runnable(self) -> Bundle:
         """The wheel's own programs when the server user can run them there; else (as
         root, with the wheel somewhere `fleetq-pg` cannot enter) a copy under home that
         keeps the layout their libraries are found by (see `pgbinaries`)."""
+        if self._runnable_bundle is None:
+            self._runnable_bundle = self._find_runnable()
+        return self._runnable_bundle
+
+    def _find_runnable(self) -> Bundle:
         if not self._as_root or _runs_as_server(self.bundle.bin) is None:
             return self.bundle
         copy = runnable_copy(self.bundle, self.home)

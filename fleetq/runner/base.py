@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
 from typing import Any
 
 from fleetq.core.driver import AsyncpgDriver
@@ -53,7 +52,7 @@ class RunnerBase:
     def request_shutdown(self) -> None:
         raise NotImplementedError
 
-    async def _guarded(self, what: str, work: Awaitable[None]) -> None:
+    def _bug(self, what: str, exc: Exception) -> None:
         raise NotImplementedError
 
     def _launch(self, claim: Claim, lane: str, sent: float) -> None:
@@ -87,7 +86,7 @@ class RunnerBase:
             await coro
         except Exception as exc:
             if (error := loops.environmental(exc)) is None:
-                await self._guarded("a control action", _reraise(exc))
+                self._bug("a control action", exc)
                 return
             log.warning("control action failed: %s", error)
 
@@ -96,7 +95,3 @@ class RunnerBase:
         if not hasattr(self, "_bg"):
             self._bg: set[asyncio.Task[None]] = set()
         return self._bg
-
-
-async def _reraise(exc: BaseException) -> None:
-    raise exc

@@ -74,6 +74,14 @@ def identify(entry: Entry) -> tuple[str, dict[str, object]]:
     return "adopt", evidence
 
 
+async def _give_up(entry: Entry) -> list[int]:
+    """Kill whatever still carries the entry's run id and remove its tree; the pids."""
+    killed = await asyncio.to_thread(orphans.kill_run, entry.run_id)
+    if entry.tree:
+        await asyncio.to_thread(shutil.rmtree, entry.tree, True)
+    return killed
+
+
 def _leads_group(pid: int) -> bool:
     try:
         return os.getpgid(pid) == pid
@@ -87,6 +95,7 @@ async def collect(
     """Settle what this runner holds after a restart; returns what it did."""
     done = Collected()
     entries = journal.open_entries()
+    swept: set[tuple[int, int]] = set()  # entries whose run was killed already
     for row in await driver.fetch(queries.sql("lease_held_by"), runner):
         job, token = JobId(row["job_id"]), FencingToken(row["lease_version"])
         entry = entries.get((job, token))
@@ -108,9 +117,8 @@ async def collect(
                 done.refused += 1
                 continue  # left to lease expiry: never guess which process is the job
         if entry is not None:
-            await asyncio.to_thread(orphans.kill_run, entry.run_id)
-            if entry.tree:
-                await asyncio.to_thread(shutil.rmtree, entry.tree, True)
+            await _give_up(entry)
+            swept.add((job, token))
         if row["state"] == "cancelled":
             await leasing.confirm_stop(
                 driver, runner=runner, job_id=job, token=token, signal=None, reason="cancelled"
@@ -151,15 +159,13 @@ async def collect(
         # A run this runner gives up must not run on unwatched. In adopt mode a run
         # whose lease expired while its runner was down still runs, next to the job's
         # newer execution and invisible to `fleetq overlaps`: kill it now.
-        if await asyncio.to_thread(orphans.kill_run, entry.run_id):
+        if (job_id, version) not in swept and await _give_up(entry):
             log.warning(
                 "killed run %s of job=%d token=%d: its lease ended while this runner was down",
                 entry.run_id,
                 job_id,
                 version,
             )
-        if entry.tree:
-            await asyncio.to_thread(shutil.rmtree, entry.tree, True)
         journal.ended(job_id, version)
     journal.compact()
     return done

@@ -280,19 +280,25 @@ async def hand_back(ex: Execution, kit: Toolkit, reason: str) -> None:
     log.warning("job=%d token=%d cut off: %s", c.job_id, c.lease_version, reason)
 
     async def write() -> None:
-        with contextlib.suppress(StaleLease):
-            status = await leasing.release(
-                kit.driver,
-                runner=kit.runner,
-                job_id=c.job_id,
-                token=c.lease_version,
-                reason=reason,
-                fenced=True,
-            )
-            log.info("job=%d token=%d handed back: %s", c.job_id, c.lease_version, status)
+        await release_counted(kit.driver, kit.runner, c, reason)
         ex.recorded = True
 
     await persist(f"hand-back of job={c.job_id}", write, kit.stopping)
+
+
+async def release_counted(driver: Driver, runner: RunnerId, claim: Claim, reason: str) -> None:
+    """Hand a lease back now, counted as a reassignment (so no job cycles for ever); a
+    stale answer means the lease had moved on already, which is as good."""
+    with contextlib.suppress(StaleLease):
+        status = await leasing.release(
+            driver,
+            runner=runner,
+            job_id=claim.job_id,
+            token=claim.lease_version,
+            reason=reason,
+            fenced=True,
+        )
+        log.info("job=%d token=%d handed back: %s", claim.job_id, claim.lease_version, status)
 
 
 def run_name(job_id: int, token: int, run_id: uuid.UUID) -> str:

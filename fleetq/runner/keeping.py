@@ -12,7 +12,7 @@ from fleetq.core.errors import StaleLease
 from fleetq.core.models import FencingToken, JobId, RunnerState, WriteStatus
 from fleetq.runner import metrics
 from fleetq.runner.base import RunnerBase, log
-from fleetq.runner.execution import Execution
+from fleetq.runner.execution import Execution, release_counted
 from fleetq.runner.fencing import FenceRule
 
 
@@ -107,18 +107,7 @@ class LeaseKeeping(RunnerBase):
             # If the lease is somehow still ours (only our connection was cut), hand it
             # back so the job runs again now rather than at expiry.
             # Counted as a reassignment: a job cannot cycle through self-fences for ever.
-            with contextlib.suppress(StaleLease):
-                status = await leasing.release(
-                    self.driver,
-                    runner=self.runner,
-                    job_id=c.job_id,
-                    token=c.lease_version,
-                    reason="self-fenced",
-                    fenced=True,
-                )
-                log.info(
-                    "self-fenced job=%d token=%d handed back: %s", c.job_id, c.lease_version, status
-                )
+            await release_counted(self.driver, self.runner, c, "self-fenced")
 
     async def _drain_self(self, reason: str) -> None:
         await fleet.set_state(

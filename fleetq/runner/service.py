@@ -243,18 +243,21 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         try:
             await work
         except Exception as exc:
-            log.critical(
-                "bug in fleetq: %s ended with %r; stopping every job, handing leases back "
-                "and exiting",
-                what,
-                exc,
-                exc_info=exc,
-            )
-            self.exit_code = EXIT_BUG
-            if what == "reporter":
-                self.reporter.abandon(exc)
-            self.request_shutdown()
-            self.request_shutdown()  # the second request stops running jobs at once
+            self._bug(what, exc)
+
+    def _bug(self, what: str, exc: Exception) -> None:
+        """A bug ended `what`: stop every job at once, hand leases back, exit 70."""
+        log.critical(
+            "bug in fleetq: %s ended with %r; stopping every job, handing leases back and exiting",
+            what,
+            exc,
+            exc_info=exc,
+        )
+        self.exit_code = EXIT_BUG
+        if what == "reporter":
+            self.reporter.abandon(exc)
+        self.request_shutdown()
+        self.request_shutdown()  # the second request stops running jobs at once
 
     async def _register(self) -> None:
         c = self.config

@@ -34,7 +34,7 @@ from fleetq.core import migrate, producer, queries
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.embedded import EmbeddedServer
 from fleetq.core.errors import FleetqError
-from tests.e2e.conftest import ROOT, wait_until
+from tests.e2e.conftest import ROOT, _git, wait_until
 from tests.faults.proxy import FaultProxy
 
 LEASE_S = 4
@@ -259,10 +259,8 @@ def fault_fleet(server: EmbeddedServer, tmp: Path, *, runners: int = 3) -> Itera
         ["add", "."],
         ["commit", "-qm", "mark"],
     ):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
-    head = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
-    ).stdout.strip()
+        _git(repo, *args)
+    head = _git(repo, "rev-parse", "HEAD")
     migrate.migrate(dsn)
     path = tmp / "fleet.toml"
     path.write_text(
