@@ -17,7 +17,9 @@ def register(commands: Commands) -> None:
         help="windows where two executions of one job ran at once",
         description="Overlap windows from the executions table: which tokens, which runners, "
         "from when to when, and whether the end was confirmed (the process group was seen "
-        "gone, or the run ended with an outcome).",
+        "gone, or the run ended with an outcome). An end is 'measured' when the runner dated "
+        "the exit on its own clock; a 'bounded' one is when the end was recorded (say, after "
+        "a partition healed), so the window is at most that long (shown with ≤).",
     )
     o.add_argument("--open", action="store_true", help="only windows still open")
     add_json(o)
@@ -43,14 +45,21 @@ def _do_overlaps(args: argparse.Namespace) -> int:
                     f"{o.older_runner} / {o.newer_runner}",
                     o.started_at.astimezone().strftime("%H:%M:%S.%f")[:-3],
                     o.ended_at.astimezone().strftime("%H:%M:%S.%f")[:-3] if o.ended_at else "open",
-                    f"{o.seconds(now):.3f}",
-                    "confirmed" if o.end_confirmed else "unconfirmed",
+                    ("" if o.open or o.end_measured else "≤") + f"{o.seconds(now):.3f}",
+                    _end(o),
                 ]
                 for o in found
             ],
         )
     )
     return 0
+
+
+def _end(o: stats.Overlap) -> str:
+    if o.open:
+        return "open"
+    confirmed = "confirmed" if o.end_confirmed else "unconfirmed"
+    return f"{confirmed}, " + ("measured" if o.end_measured else "bounded")
 
 
 def _do_stats(args: argparse.Namespace) -> int:

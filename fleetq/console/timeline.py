@@ -163,6 +163,7 @@ def render(detail: JobDetail, width: int) -> list[Text]:
             "open: both may still run"
             if window.open
             else ("end confirmed" if window.end_confirmed else "end NOT confirmed")
+            + ("" if window.end_measured else "; end bounded: at most this long")
         )
         reason = (
             f", t{window.older_token} {window.older_stop_reason}"

@@ -21,7 +21,11 @@
    (`reassignments_exhausted`). The next claim bumps the token.
 6. **Explicit loss** (`report_lost`) requeues once, then fails with reason `lost`; expiry
    never touches that counter.
-7. **Cancellation is not a stop.** Cancel makes the job terminal at once and ends the
+7. **Ends on the database's clock.** A write that ends an execution (outcome, confirmed
+   stop, release) carries how long ago, on the runner's monotonic clock read as the
+   request is sent, its process ended; the database records its own time minus that.
+   An end recorded when a partition healed no longer stretches an overlap window.
+8. **Cancellation is not a stop.** Cancel makes the job terminal at once and ends the
    lease, but the runner's capacity stays reserved until it confirms the stop
    (`confirm_stop`): until then the job shows "stop pending".
 
@@ -31,6 +35,7 @@ docs/guarantees.md for what the fencing token does and does not buy.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -121,6 +126,7 @@ async def complete_many(
         [o.log_tail for o in outcomes],
         [o.prepare_ms for o in outcomes],
         [o.run_ms for o in outcomes],
+        [ago_ms(o.ended_monotonic) for o in outcomes],
     )
     return [JobWrite.model_validate(row) for row in rows]
 
@@ -151,9 +157,19 @@ async def confirm_stop(
     token: FencingToken,
     signal: int | None,
     reason: str,
+    ended_monotonic: float | None = None,
 ) -> None:
-    """Record that this runner's execution of (job, token) is gone."""
-    await driver.fetch(queries.sql("lease_confirm_stop"), runner, job_id, token, signal, reason)
+    """Record that this runner's execution of (job, token) is gone; `ended_monotonic`
+    is when it was seen gone (`time.monotonic()`), None when only now bounds it."""
+    await driver.fetch(
+        queries.sql("lease_confirm_stop"),
+        runner,
+        job_id,
+        token,
+        signal,
+        reason,
+        ago_ms(ended_monotonic),
+    )
 
 
 async def reap(driver: Driver, *, limit: int = 1000, now: datetime | None = None) -> ReapResult:
@@ -178,6 +194,14 @@ async def fenced_violations(driver: Driver) -> int:
     return int(rows[0]["violations"])
 
 
+def ago_ms(ended_monotonic: float | None) -> int | None:
+    """Milliseconds since `ended_monotonic` (a `time.monotonic()` reading), read now, as
+    the request that carries it is sent; None stays None (the end was not measured)."""
+    if ended_monotonic is None:
+        return None
+    return max(0, round((time.monotonic() - ended_monotonic) * 1000))
+
+
 def _no_duplicates(job_ids: Sequence[int]) -> None:
     if len(set(job_ids)) != len(job_ids):
         raise InvalidInput("a batch names the same job twice")
@@ -191,12 +215,21 @@ async def release(
     token: FencingToken,
     reason: str,
     fenced: bool = False,
+    ended_monotonic: float | None = None,
 ) -> str:
     """Hand a lease back (graceful shutdown): requeued at once, not counted as lost.
     After a self-fence (`fenced`) it counts a reassignment like an expiry, so a job
     cannot cycle through self-fences without end: 'failed' past `reassignment_cap`.
     Raises `StaleLease` if the lease moved on."""
-    rows = await driver.fetch(queries.sql("lease_release"), runner, job_id, token, reason, fenced)
+    rows = await driver.fetch(
+        queries.sql("lease_release"),
+        runner,
+        job_id,
+        token,
+        reason,
+        fenced,
+        ago_ms(ended_monotonic),
+    )
     status = str(rows[0]["status"])
     if status == WriteStatus.STALE:
         raise StaleLease(job_id, token, "release")

@@ -131,6 +131,9 @@ class OutcomeReport(_Row):
     log_tail: str = ""
     prepare_ms: int | None = None
     run_ms: int | None = None
+    # When the process (or handler) ended, on this process's `time.monotonic()` clock:
+    # sent as "milliseconds ago" so the database dates the end on its own clock.
+    ended_monotonic: float | None = None
 
     @field_validator("reason", "log_tail")
     @classmethod

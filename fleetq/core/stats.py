@@ -26,6 +26,7 @@ class Overlap(BaseModel):
     ended_at: datetime | None  # None: both may still be running
     open: bool
     end_confirmed: bool
+    end_measured: bool  # False: the end (and so the length) is only an upper bound
     older_stop_reason: str | None
 
     def seconds(self, now: datetime) -> float:

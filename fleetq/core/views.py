@@ -115,6 +115,7 @@ class ExecutionRow(_View):
     launched_at: datetime | None
     start_reported_at: datetime | None
     ended_at: datetime | None
+    end_measured: bool  # dated from the runner's clock of the exit, not when recorded
     exit_code: int | None
     signal: int | None
     stop_reason: str | None

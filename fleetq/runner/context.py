@@ -142,6 +142,7 @@ class JobContext:
             ["finished in the handler's transaction"],
             [None],
             [None],
+            [0],  # it ends with this commit: a measured end, now
         )
 
 

@@ -67,6 +67,9 @@ class Execution:
     recorded: bool = False  # its outcome (or loss) is in the database
     stop_grace_s: float = executor.STOP_GRACE_S  # SIGTERM to SIGKILL when stopped
     ctx: JobContext | None = None  # a handler's context, while it runs
+    # when its run was seen gone (`time.monotonic()`; see executor.Finished): the writes
+    # that end it send it, so the database dates the end on its own clock
+    ended_monotonic: float | None = None
 
     @property
     def in_transaction(self) -> bool:
@@ -228,6 +231,7 @@ async def _record(
 ) -> None:
     c = ex.claim
     ex.signal = finished.signal
+    ex.ended_monotonic = finished.ended_monotonic
     if finished.reason == "stop-unconfirmed":
         ex.stop_unconfirmed = True
     if finished.lost is not None:
@@ -245,6 +249,7 @@ async def _record(
         log_tail=finished.log_tail,
         prepare_ms=prepare_ms,
         run_ms=finished.run_ms,
+        ended_monotonic=finished.ended_monotonic,
     )
     try:
         status = await kit.reporter.record(report)
@@ -280,13 +285,20 @@ async def hand_back(ex: Execution, kit: Toolkit, reason: str) -> None:
     log.warning("job=%d token=%d cut off: %s", c.job_id, c.lease_version, reason)
 
     async def write() -> None:
-        await release_counted(kit.driver, kit.runner, c, reason)
+        await release_counted(kit.driver, kit.runner, c, reason, ended_monotonic=ex.ended_monotonic)
         ex.recorded = True
 
     await persist(f"hand-back of job={c.job_id}", write, kit.stopping)
 
 
-async def release_counted(driver: Driver, runner: RunnerId, claim: Claim, reason: str) -> None:
+async def release_counted(
+    driver: Driver,
+    runner: RunnerId,
+    claim: Claim,
+    reason: str,
+    *,
+    ended_monotonic: float | None = None,
+) -> None:
     """Hand a lease back now, counted as a reassignment (so no job cycles for ever); a
     stale answer means the lease had moved on already, which is as good."""
     with contextlib.suppress(StaleLease):
@@ -297,6 +309,7 @@ async def release_counted(driver: Driver, runner: RunnerId, claim: Claim, reason
             token=claim.lease_version,
             reason=reason,
             fenced=True,
+            ended_monotonic=ended_monotonic,
         )
         log.info("job=%d token=%d handed back: %s", claim.job_id, claim.lease_version, status)
 

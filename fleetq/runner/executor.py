@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -51,6 +51,9 @@ class Finished:
     # The run was cut off by the world, not by the job: a lost database connection. No
     # outcome is written; the run is reported lost (requeued once, then failed as lost).
     lost: str | None = None
+    # When everything of the run was seen gone (`time.monotonic()`); None when that is not
+    # known (a stop SIGKILL did not confirm). The database dates the end from it.
+    ended_monotonic: float | None = field(default_factory=time.monotonic)
 
 
 OnStart = Callable[[int, datetime], Awaitable[None]]
@@ -133,16 +136,24 @@ async def run_command(
     if waiter in done:
         await terminate_group(proc.pid, grace_s=0)  # leftovers the command left behind
         await asyncio.to_thread(orphans.kill_run, run_id)
-        return _exited(proc.returncode, _tail(log_path), elapsed())
+        gone = time.monotonic()
+        return replace(_exited(proc.returncode, _tail(log_path), elapsed()), ended_monotonic=gone)
     timed_out = stopper not in done
     # the grace is read now: a self-fencing stop asks for a shorter one (see `fencing`)
     if not await terminate_group(proc.pid, grace_s=stop_grace_s(), deadline_s=STOP_DEADLINE_S):
         # Something of the group survived SIGKILL (e.g. stuck in uninterruptible I/O): do
         # not claim it stopped. The runner drains itself so an operator looks.
         waiter.cancel()
-        return Finished(None, reason="stop-unconfirmed", log_tail=_tail(log_path), run_ms=elapsed())
+        return Finished(
+            None,
+            reason="stop-unconfirmed",
+            log_tail=_tail(log_path),
+            run_ms=elapsed(),
+            ended_monotonic=None,
+        )
     await waiter
     await asyncio.to_thread(orphans.kill_run, run_id)
+    gone = time.monotonic()
     if timed_out:
         return Finished(
             Outcome.FAILED,
@@ -150,6 +161,7 @@ async def run_command(
             reason="timeout",
             log_tail=_tail(log_path),
             run_ms=elapsed(),
+            ended_monotonic=gone,
         )
     return Finished(
         None,
@@ -157,6 +169,7 @@ async def run_command(
         reason="stopped",
         log_tail=_tail(log_path),
         run_ms=elapsed(),
+        ended_monotonic=gone,
     )
 
 

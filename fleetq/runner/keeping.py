@@ -101,13 +101,16 @@ class LeaseKeeping(RunnerBase):
             token=c.lease_version,
             signal=ex.signal,
             reason=reason,
+            ended_monotonic=ex.ended_monotonic,
         )
         log.info("stop confirmed job=%d token=%d reason=%s", c.job_id, c.lease_version, reason)
         if reason == "self_fenced":
             # If the lease is somehow still ours (only our connection was cut), hand it
             # back so the job runs again now rather than at expiry.
             # Counted as a reassignment: a job cannot cycle through self-fences for ever.
-            await release_counted(self.driver, self.runner, c, "self-fenced")
+            await release_counted(
+                self.driver, self.runner, c, "self-fenced", ended_monotonic=ex.ended_monotonic
+            )
 
     async def _drain_self(self, reason: str) -> None:
         await fleet.set_state(

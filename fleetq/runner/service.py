@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable
@@ -309,9 +310,9 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             ex.request_stop("shutdown")
         if self.tasks or self._superseded:
             await asyncio.wait([*self.tasks.values(), *self._superseded])
-        held = [(ex.claim.job_id, ex.claim.lease_version) for ex in leftovers]
+        held = [(ex.claim.job_id, ex.claim.lease_version, ex.ended_monotonic) for ex in leftovers]
         if not self.displaced:
-            held += await self._held_but_not_here({job for job, _ in held})
+            held += await self._held_but_not_here({job for job, _, _ in held})
         await self._release_all(held)
         reporter_stop.set()
         self.reporter.wake.set()
@@ -327,7 +328,9 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         self.done.set()
         self._wake_all()
 
-    async def _held_but_not_here(self, known: set[JobId]) -> list[tuple[JobId, FencingToken]]:
+    async def _held_but_not_here(
+        self, known: set[JobId]
+    ) -> list[tuple[JobId, FencingToken, float | None]]:
         """Leases the database says this runner holds with nothing running here: a claim
         whose reply was lost, an outcome that could not be recorded. Handed back too."""
         try:
@@ -335,15 +338,15 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         except FleetqError:
             return []
         return [
-            (JobId(r["job_id"]), FencingToken(r["lease_version"]))
+            (JobId(r["job_id"]), FencingToken(r["lease_version"]), None)
             for r in rows
             if r["state"] in ("claimed", "running") and r["job_id"] not in known
         ]
 
-    async def _release_all(self, held: list[tuple[JobId, FencingToken]]) -> None:
+    async def _release_all(self, held: list[tuple[JobId, FencingToken, float | None]]) -> None:
         """Hand leases back (requeued at once, not counted as lost). With the database
         out of reach, the rest are left to expire rather than tried one by one."""
-        for i, (job, token) in enumerate(held):
+        for i, (job, token, ended) in enumerate(held):
             try:
                 await leasing.release(
                     self.driver,
@@ -351,6 +354,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
                     job_id=job,
                     token=token,
                     reason="runner shutdown",
+                    ended_monotonic=ended,
                 )
                 log.info("released job=%d token=%d (requeued)", job, token)
             except StaleLease:
@@ -407,6 +411,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         c = ex.claim
         if ex.pid is not None:
             await executor.terminate_group(ex.pid, grace_s=executor.STOP_GRACE_S)
+        ex.ended_monotonic = time.monotonic()
         if ex.recorded or ex.stop_reason is not None:
             return
         error = loops.environmental(exc)
@@ -422,6 +427,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             outcome=Outcome.FAILED,
             reason=f"runner error: {type(exc).__name__}: {exc}"[:500],
             log_tail="".join(traceback.format_exception(exc))[-executor.TAIL_BYTES :],
+            ended_monotonic=ex.ended_monotonic,
         )
         with contextlib.suppress(FleetqError):
             await self.reporter.record(report)

@@ -272,11 +272,13 @@ def _execution(
     signal: int | None = None,
 ) -> None:
     del claimed  # the claim time lives in the `claimed` event
+    # an end the runner recorded (outcome or confirmed stop) was dated on its clock
     conn.execute(
         "INSERT INTO fleetq.executions (job_id, lease_version, runner_id, node, run_id, pid, "
         "launched_at, start_reported_at, ended_at, stop_requested_at, stop_reason, "
-        "stop_confirmed, exit_code, signal) "
-        "VALUES ($1, $2, $3, split_part($3, '/', 1), $4, 4242, $5, $5, $6, $7, $8, $9, $10, $11)",
+        "stop_confirmed, exit_code, signal, end_measured) "
+        "VALUES ($1, $2, $3, split_part($3, '/', 1), $4, 4242, $5, $5, $6, $7, $8, $9, $10, $11, "
+        "$6::timestamptz IS NOT NULL)",
         [
             job,
             token,

@@ -373,6 +373,17 @@ def check(
     worst, unbounded = overlaps(marks(fleet.marks))
     if overlap_bound_s is not None:
         assert worst <= overlap_bound_s, f"two executions of one job overlapped {worst:.3f}s"
+    # ... and as the database reports it: every execution has its end, and a window is
+    # never shorter than the jobs saw (an end is an upper bound), nor longer by more than
+    # a round trip where the runner could watch its run end (a partition, not a SIGSTOP)
+    (unended,) = q("SELECT count(*) FROM fleetq.executions WHERE ended_at IS NULL")[0]
+    assert unended == 0, f"{unended} execution(s) left with no recorded end"
+    windows = conn.execute(queries.sql("stats_overlaps").encode(), [False, None]).fetchall()
+    # (job, tokens, runners, started_at, ended_at, ...): see stats_overlaps
+    reported = max([(w[6] - w[5]).total_seconds() for w in windows], default=0.0)
+    assert reported >= worst - 0.05, f"reported {reported:.3f}s, the jobs saw {worst:.3f}s"
+    if overlap_bound_s is not None:
+        assert reported <= worst + 0.5, f"reported {reported:.3f}s, the jobs saw {worst:.3f}s"
 
     # no runner ended on its own; each stopped cleanly when asked
     assert [c for c in exit_codes if c not in (0, None)] == [], exit_codes
@@ -415,6 +426,7 @@ def check(
         "zombie_writes": int(zombies),
         "self_races": int(self_races),
         "max_overlap_s": round(worst, 3),
+        "reported_overlap_s": round(reported, 3),
         "runs_without_end": unbounded,
         "proxy_resets": sum(r.proxy.resets for r in fleet.runners)
         + sum(p.resets for p in fleet.extra_proxies),

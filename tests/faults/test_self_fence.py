@@ -1,6 +1,8 @@
 """Self-fencing finishes in time (issue 12, item 7): a runner cut off from the database
 stops its run, SIGKILL included, before the lease could expire and another runner,
-ready to claim, starts the job again."""
+ready to claim, starts the job again. And the database says so (item 11): the fenced
+run's end is dated from the runner's clock of the exit, not from when the partition
+healed, so no overlap window is reported for a run that ended before the next began."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fleetq.core import queries
 from fleetq.core.db import connect
 from fleetq.runner.fencing import FenceRule
 from tests.e2e.conftest import Repo, StartRunner, job_state, wait_until
@@ -67,12 +70,22 @@ def test_a_fenced_run_is_dead_before_another_runner_can_claim_it(
             b"SELECT stop_reason FROM fleetq.executions WHERE job_id = $1 AND lease_version = 1",
             [job],
         ).fetchone()
+        end_measured, ended_before_next = conn.execute(
+            b"SELECT a.end_measured, a.ended_at < b.launched_at FROM fleetq.executions a "
+            b"JOIN fleetq.executions b ON b.job_id = a.job_id AND b.lease_version = 2 "
+            b"WHERE a.job_id = $1 AND a.lease_version = 1",
+            [job],
+        ).fetchone() or (None, None)
+        reported = conn.execute(queries.sql("stats_overlaps").encode(), [False, job]).fetchall()
     assert "self-fencing" in cut_off.output()
     gap = second_start - died_at
     rule = FenceRule(LEASE_S)
     print(f"fenced run gone {gap:.2f}s before the next start (margin {rule.margin_s:.1f}s)")
     assert gap > 0, f"the fenced run was still alive {-gap:.2f}s into the next execution"
     assert stop_reason is not None and stop_reason[0] in ("self_fenced", "superseded")
+    # recorded at heal time, its end fell after the next launch: a phantom overlap
+    assert end_measured and ended_before_next, (end_measured, ended_before_next)
+    assert reported == [], f"an overlap reported for runs {gap:.2f}s apart: {reported}"
 
 
 def _alive(pid: int) -> bool:

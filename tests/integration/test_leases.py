@@ -3,6 +3,7 @@ cancel, and what a zombie can (not) do."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -609,3 +610,131 @@ async def test_a_write_racing_the_runner_s_own_outcome_is_a_self_race(driver: Dr
     assert (row.stale_rejections, row.self_races) == (0, 2)
     kinds = [e.kind for e in await readers.events(driver, job_id=claim.job_id)]
     assert kinds.count("stale_self_race") == 2 and "stale_rejected" not in kinds
+
+
+def _end(sync_conn: SyncConnection, claim: Claim) -> tuple[float, bool]:
+    """(seconds from the execution's end to the database's now, end_measured)."""
+    row = sync_conn.execute(
+        "SELECT extract(epoch FROM clock_timestamp() - ended_at)::float8, end_measured "
+        "FROM fleetq.executions WHERE job_id = $1 AND lease_version = $2",
+        [claim.job_id, claim.lease_version],
+    ).fetchone()
+    assert row is not None and row[0] is not None, "the execution has no end"
+    return float(row[0]), bool(row[1])
+
+
+async def _started(driver: Driver, runner: RunnerId) -> Claim:
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    early = _start(claim).model_copy(
+        update={"process_started_at": claim.lease_expires_at - timedelta(hours=1)}
+    )
+    await leasing.report_start(driver, runner=runner, start=early)
+    return claim
+
+
+async def test_an_end_is_dated_from_the_runner_s_clock_of_the_exit(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """An end was the time it was recorded: after a partition, long after the exit. Each
+    write that ends an execution now says how long ago the exit was, and the database
+    dates the end from its own clock; an end not measured so is marked bounded."""
+    runner = await fleet.runner(driver)
+    exited = time.monotonic() - 40  # the process exited 40 s ago
+    claim = await _started(driver, runner)
+    sync_conn.execute(
+        "UPDATE fleetq.executions SET launched_at = clock_timestamp() - interval '1 minute'"
+    )
+    report = _outcome(claim).model_copy(update={"ended_monotonic": exited})
+    assert await leasing.complete(driver, runner=runner, outcome=report) == WriteStatus.OK
+    ago, measured = _end(sync_conn, claim)
+    assert measured and 40 <= ago < 45, ago
+
+    confirmed = await _started(driver, runner)
+    sync_conn.execute(
+        "UPDATE fleetq.executions SET launched_at = clock_timestamp() - interval '1 minute'"
+    )
+    await leasing.confirm_stop(
+        driver,
+        runner=runner,
+        job_id=confirmed.job_id,
+        token=confirmed.lease_version,
+        signal=9,
+        reason="superseded",
+        ended_monotonic=exited,
+    )
+    ago, measured = _end(sync_conn, confirmed)
+    assert measured and 40 <= ago < 45, ago
+
+    released = await _started(driver, runner)
+    # never before the launch: launched 5 s ago, "exited" 40 s ago (a clock glitch)
+    sync_conn.execute(
+        "UPDATE fleetq.executions SET launched_at = clock_timestamp() - interval '5 seconds' "
+        "WHERE job_id = $1",
+        [released.job_id],
+    )
+    await leasing.release(
+        driver,
+        runner=runner,
+        job_id=released.job_id,
+        token=released.lease_version,
+        reason="self-fenced",
+        fenced=True,
+        ended_monotonic=exited,
+    )
+    ago, measured = _end(sync_conn, released)
+    assert measured and 5 <= ago < 10, ago
+
+    unmeasured = await _started(driver, runner)
+    await leasing.complete(driver, runner=runner, outcome=_outcome(unmeasured))
+    ago, measured = _end(sync_conn, unmeasured)
+    assert not measured and ago < 5
+
+
+async def test_a_stale_outcome_closes_the_zombie_s_own_execution(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """A zombie's late outcome changes no job, but it proves its run ended: its execution
+    gets its (measured) end, which closes the overlap window it left open."""
+    a = await fleet.runner(driver)
+    b = await fleet.runner(driver, "r2")
+    old = await _started(driver, a)
+    sync_conn.execute(
+        "UPDATE fleetq.executions SET launched_at = clock_timestamp() - interval '1 minute'"
+    )
+    sync_conn.execute(
+        "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s' "
+        "WHERE id = $1",
+        [old.job_id],
+    )
+    await leasing.reap(driver)
+    new = await _claim_one(driver, b)
+    assert new.lease_version == old.lease_version + 1
+    late = _outcome(old).model_copy(update={"ended_monotonic": time.monotonic() - 2})
+    with pytest.raises(StaleLease):
+        await leasing.complete(driver, runner=a, outcome=late)
+    ago, measured = _end(sync_conn, old)
+    assert measured and 2 <= ago < 7, ago
+    job = await readers.job(driver, old.job_id)
+    assert (job.state, job.lease_owner, job.lease_version) == (JobState.CLAIMED, b, 2)
+
+
+async def test_a_handler_s_execution_is_recorded_at_its_claim(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """Handlers run inside the runner and had no executions row, so a handler frozen past
+    its lease overlapped its next token invisibly; for them the claim is the launch."""
+    sync_conn.execute(
+        "INSERT INTO fleetq.operations (project, name, lane, handler) "
+        "VALUES ('tools', 'inline', 'checks', 'tests.handlers:record_effect')"
+    )
+    runner = await fleet.runner(driver)
+    await _job(driver, "inline")
+    await _job(driver, "lint")
+    claims = await leasing.claim(driver, runner=runner, lane="checks", limit=2)
+    rows = sync_conn.execute(
+        "SELECT x.job_id, x.lease_version, x.runner_id, x.pid, x.launched_at = j.claimed_at "
+        "FROM fleetq.executions x JOIN fleetq.jobs j ON j.id = x.job_id"
+    ).fetchall()
+    inline = next(c for c in claims if c.operation == "inline")
+    assert rows == [(inline.job_id, inline.lease_version, runner, None, True)]

@@ -164,6 +164,7 @@ def _figures(**changes: object) -> RunFigures:
         ended_at=T0 + timedelta(seconds=1.5),
         open=False,
         end_confirmed=True,
+        end_measured=True,
         older_stop_reason="superseded",
     )
     base = RunFigures(

@@ -21,9 +21,10 @@ SELECT fleetq.report_start($1::text, $2::bigint, $3::bigint, $4::text, $5::uuid,
 -- name: lease_complete
 -- Outcomes of many jobs of one runner in one round trip; answers ok/already/stale per job.
 -- $1 runner, $2 jobs, $3 versions, $4 outcomes, $5 exit codes, $6 reasons, $7 log tails,
--- $8 prepare ms, $9 run ms
+-- $8 prepare ms, $9 run ms, $10 ms since each process ended (NULL: not measured)
 SELECT * FROM fleetq.complete($1::text, $2::bigint[], $3::bigint[], $4::text[], $5::integer[],
-                              $6::text[], $7::text[], $8::integer[], $9::integer[]);
+                              $6::text[], $7::text[], $8::integer[], $9::integer[],
+                              $10::integer[]);
 
 -- name: lease_report_lost
 -- An explicit loss: requeued the first time, failed ('lost') the second.
@@ -32,8 +33,10 @@ SELECT fleetq.report_lost($1::text, $2::bigint, $3::bigint, $4::text) AS status;
 
 -- name: lease_confirm_stop
 -- The runner saw the execution's process group gone; ends "stop pending".
--- $1 runner, $2 job, $3 version, $4 signal, $5 reason (cancelled, superseded, ...)
-SELECT fleetq.confirm_stop($1::text, $2::bigint, $3::bigint, $4::integer, $5::text) AS status;
+-- $1 runner, $2 job, $3 version, $4 signal, $5 reason (cancelled, superseded, ...),
+-- $6 ms since the process group was seen gone (NULL: not measured, the end is bounded)
+SELECT fleetq.confirm_stop($1::text, $2::bigint, $3::bigint, $4::integer, $5::text,
+                           $6::integer) AS status;
 
 -- name: lease_reap
 -- Return expired leases to the queue (one leader at a time). $1 limit, $2 "now" override
@@ -61,8 +64,10 @@ WHERE w.violation;
 -- name: lease_release
 -- Hand a lease back on purpose (shutdown): requeued at once, not a loss, not a reassignment.
 -- After a self-fence ($5 true) it counts a reassignment, and fails the job past the cap.
--- $1 runner, $2 job, $3 version, $4 reason, $5 fenced
-SELECT fleetq.release($1::text, $2::bigint, $3::bigint, $4::text, $5::boolean) AS status;
+-- $1 runner, $2 job, $3 version, $4 reason, $5 fenced, $6 ms since its process ended
+-- (NULL: nothing ran, or not measured)
+SELECT fleetq.release($1::text, $2::bigint, $3::bigint, $4::text, $5::boolean,
+                      $6::integer) AS status;
 
 -- name: lease_job_states
 -- The current state, owner and token of jobs a runner executes, so it can stop those

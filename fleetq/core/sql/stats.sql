@@ -5,7 +5,9 @@
 -- An execution lives from its launch (the runner's report of the process start) until
 -- its end was recorded; an open end means it may still run. The window's end is
 -- "confirmed" when the execution that ends it has a recorded end: an outcome, or a stop
--- the runner confirmed (process group gone).
+-- the runner confirmed (process group gone); "measured" when that end was dated from
+-- the runner's own clock of the exit, else it is only an upper bound (the time the end
+-- was recorded), and so is the window's length.
 -- $1 only windows still open, $2 one job (NULL: every job)
 SELECT a.job_id,
        a.lease_version AS older_token, b.lease_version AS newer_token,
@@ -19,6 +21,9 @@ SELECT a.job_id,
             WHEN b.ended_at IS NULL OR a.ended_at <= b.ended_at
                  THEN a.stop_confirmed OR a.exit_code IS NOT NULL
             ELSE b.stop_confirmed OR b.exit_code IS NOT NULL END AS end_confirmed,
+       CASE WHEN a.ended_at IS NULL AND b.ended_at IS NULL THEN false
+            WHEN b.ended_at IS NULL OR a.ended_at <= b.ended_at THEN a.end_measured
+            ELSE b.end_measured END AS end_measured,
        a.stop_reason AS older_stop_reason
 FROM fleetq.executions a
 JOIN fleetq.executions b
