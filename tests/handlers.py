@@ -45,6 +45,22 @@ async def effect_then_stall(ctx: JobContext) -> str:
     return f"effect written under token {ctx.token}"
 
 
+_stalled: set[tuple[int, int]] = set()  # (job, token) runs that stalled, in this runner
+
+
+async def effect_then_stall_once(ctx: JobContext) -> str:
+    """As `effect_then_stall`, but only the first run under a token stalls: a handler
+    run again in place (same token) then goes through."""
+    async with ctx.transaction(finish=True) as conn:
+        await conn.execute(
+            "INSERT INTO effects (job_id, token) VALUES ($1, $2)", ctx.claim.job_id, ctx.token
+        )
+        if (ctx.claim.job_id, ctx.token) not in _stalled:
+            _stalled.add((ctx.claim.job_id, ctx.token))
+            await conn.execute("SELECT pg_sleep(60)")
+    return f"effect written under token {ctx.token}"
+
+
 async def own_oserror(ctx: JobContext) -> None:
     """A handler failing with an OSError of its own (not a lost database connection)."""
     raise FileNotFoundError(f"job {ctx.claim.job_id}: /no/such/file")

@@ -21,6 +21,11 @@ STALE = Counter(
 HEARTBEAT_LAG = Gauge(
     "fleetq_heartbeat_lag_seconds", "Time the last heartbeat round trip took", registry=REGISTRY
 )
+HANDLER_RERUNS = Counter(
+    "fleetq_handler_reruns",
+    "Handler runs started again in place after their database connection was cut",
+    registry=REGISTRY,
+)
 SLOTS_IN_USE = Gauge("fleetq_slots_in_use", "Executions running", ["lane"], registry=REGISTRY)
 
 

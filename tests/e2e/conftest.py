@@ -95,6 +95,9 @@ handler = "tests.handlers:wait_forever"
 [projects.repo.operations.stall]
 lane = "control"
 handler = "tests.handlers:effect_then_stall"
+[projects.repo.operations.stall_once]
+lane = "control"
+handler = "tests.handlers:effect_then_stall_once"
 [projects.repo.operations.nul]
 lane = "checks"
 command = "python3 -c 'import sys; sys.stdout.write(chr(0) * 3)'"

@@ -19,6 +19,7 @@ from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
 from fleetq.core.embedded import EmbeddedServer
 from fleetq.core.models import RunnerId
+from fleetq.runner.execution import HANDLER_RUNS
 from tests.e2e.conftest import Repo, StartRunner, job_state, wait_until
 from tests.e2e.test_faults import _fleet, _runner
 from tests.e2e.test_runner import _submit
@@ -136,24 +137,61 @@ def test_a_second_process_with_the_same_runner_id_is_refused(
     assert first.proc.poll() is None
 
 
-def test_a_handler_cut_off_by_a_lost_connection_runs_again(
+_STALLED = (
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+    "AND query LIKE 'SELECT pg_sleep(60)%' AND pid <> pg_backend_pid()"
+)
+
+
+def _cut_the_stalled_handler(conn: SyncConnection, cut: set[int]) -> None:
+    """Wait for a handler to stall inside its transaction on a backend not `cut` before,
+    then kill that backend (and add it to `cut`)."""
+
+    def stalled() -> int | None:
+        pids = {int(r[0]) for r in conn.execute(_STALLED.encode()).fetchall()} - cut
+        return next(iter(pids), None)
+
+    wait_until(lambda: stalled() is not None, what="the handler to stall in its transaction")
+    pid = stalled()
+    assert pid is not None
+    conn.execute(b"SELECT pg_terminate_backend($1)", [pid])
+    cut.add(pid)
+
+
+def test_a_handler_cut_off_by_a_lost_connection_runs_again_in_place(
     fleet_dsn: str, repo: Repo, start_runner: StartRunner
 ) -> None:
     """asyncpg's own error escaped `ctx.transaction()` and the job failed for good
-    (`failed/exception`); a lost connection now hands the job back at once, counted as a
-    reassignment (bounded by the cap), and the job runs again."""
+    (`failed/exception`); then each cut handed the job back, counted as a reassignment,
+    and on a lossy link handler jobs spent their whole cap on the network (failed
+    `reassignments_exhausted`). A cut handler now runs again under the same lease."""
     runner = start_runner()
     with connect(fleet_dsn, autocommit=True) as conn:
-        job = _submit(conn, "stall", repo.head)
-        stalled = (
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND query LIKE 'SELECT pg_sleep(60)%' AND pid <> pg_backend_pid()"
-        )
-        wait_until(
-            lambda: conn.execute(stalled.encode()).fetchone() is not None,
-            what="the handler to stall inside its transaction",
-        )
-        conn.execute(f"SELECT pg_terminate_backend(pid) FROM ({stalled}) s".encode())
+        job = _submit(conn, "stall_once", repo.head)
+        _cut_the_stalled_handler(conn, set())
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the job to run again")
+        counts = conn.execute(
+            b"SELECT lost_count, reassign_count, lease_version FROM fleetq.jobs WHERE id = $1",
+            [job],
+        ).fetchone()
+        assert counts is not None and tuple(counts) == (0, 0, 1)
+        effects = conn.execute(b"SELECT job_id, token FROM effects").fetchall()
+        assert [tuple(e) for e in effects] == [(job, 1)]
+    assert "running it again" in runner.output()
+    assert runner.proc.poll() is None
+
+
+def test_a_handler_cut_off_every_run_is_handed_back_counted(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    """Runs in place are bounded too: after HANDLER_RUNS cuts under one lease the job is
+    handed back, counted as a reassignment (bounded by the cap), and runs again."""
+    runner = start_runner()
+    with connect(fleet_dsn, autocommit=True) as conn:
+        job = _submit(conn, "stall", repo.head)  # stalls on every run under token 1
+        cut: set[int] = set()
+        for _ in range(HANDLER_RUNS):
+            _cut_the_stalled_handler(conn, cut)
         wait_until(lambda: job_state(conn, job) == "succeeded", what="the job to run again")
         counts = conn.execute(
             b"SELECT lost_count, reassign_count FROM fleetq.jobs WHERE id = $1", [job]
