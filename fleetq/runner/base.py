@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from fleetq.core.driver import AsyncpgDriver
-from fleetq.core.models import Claim, JobId, RunnerId, RunnerState
+from fleetq.core.models import Claim, FencingToken, JobId, RunnerId, RunnerState
 from fleetq.runner import loops
 from fleetq.runner.config import RunnerConfig
 from fleetq.runner.execution import Execution, Toolkit
@@ -33,6 +33,7 @@ class RunnerBase:
     kit: Toolkit
     executions: dict[JobId, Execution]
     tasks: dict[JobId, asyncio.Task[None]]
+    _superseded: dict[asyncio.Task[None], tuple[JobId, FencingToken]]
     wakes: dict[str, asyncio.Event]
     state: RunnerState
     shutdown_requested: asyncio.Event
@@ -68,6 +69,9 @@ class RunnerBase:
         raise NotImplementedError
 
     def _beat_s(self) -> float:
+        raise NotImplementedError
+
+    async def _close_unrun_executions(self) -> None:
         raise NotImplementedError
 
     # -- shared helpers ------------------------------------------------------------------

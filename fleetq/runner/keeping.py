@@ -128,6 +128,7 @@ class LeaseKeeping(RunnerBase):
         answer may still be on its way to the claim loop."""
         if self.displaced:
             return
+        await self._close_unrun_executions()
         for row in await self.driver.fetch(queries.sql("lease_held_by"), self.runner):
             job = JobId(row["job_id"])
             if job in self.executions or (row["held_s"] or 0) < self.lease_seconds:
@@ -154,6 +155,27 @@ class LeaseKeeping(RunnerBase):
                 log.warning(
                     "stray job=%d token=%d held but not running here: %s", job, token, status
                 )
+
+    async def _close_unrun_executions(self) -> None:
+        """Executions of this runner with no end, whose lease moved on while nothing ran
+        here (a handler's claim records its execution; if the reply was lost and the
+        lease expired, this runner never ran it), are closed with their end bounded by
+        now: nothing else would ever close them. Run by the strays pass and at shutdown."""
+        here = {(ex.claim.job_id, ex.claim.lease_version) for ex in self.executions.values()}
+        here |= set(self._superseded.values())
+        for row in await self.driver.fetch(queries.sql("lease_open_executions"), self.runner):
+            key = (JobId(row["job_id"]), FencingToken(row["lease_version"]))
+            if row["held"] or key in here:
+                continue
+            log.info("closing execution job=%d token=%d: nothing runs it here", *key)
+            await leasing.confirm_stop(
+                self.driver,
+                runner=self.runner,
+                job_id=key[0],
+                token=key[1],
+                signal=None,
+                reason="superseded",
+            )
 
     async def _reap_once(self) -> None:
         result = await leasing.reap(self.driver)

@@ -98,7 +98,8 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         self.displaced = False
         self._operations: dict[tuple[str, str], Operation] = {}
         # runs replaced by this runner's own newer claim of their job, until they end
-        self._superseded: set[asyncio.Task[None]] = set()
+        # runs of this runner stopping because it claimed their job again: task -> (job, token)
+        self._superseded: dict[asyncio.Task[None], tuple[JobId, FencingToken]] = {}
         self.claimers: list[asyncio.Task[None]] = []
         self._slot_gauges = {lane: metrics.SLOTS_IN_USE.labels(lane) for lane in config.lanes}
 
@@ -314,6 +315,9 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         if not self.displaced:
             held += await self._held_but_not_here({job for job, _, _ in held})
         await self._release_all(held)
+        if not self.displaced:
+            with contextlib.suppress(FleetqError):
+                await self._close_unrun_executions()
         reporter_stop.set()
         self.reporter.wake.set()
         if not self.displaced:  # the row is the other process's now
@@ -379,7 +383,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             # superseded run; the newer one takes its place here.
             older.request_stop("superseded")
             if (task := self.tasks.get(claim.job_id)) is not None:
-                self._superseded.add(task)
+                self._superseded[task] = (older.claim.job_id, older.claim.lease_version)
         self.executions[claim.job_id] = ex
         self._slot_gauges[lane].inc()
         log.debug("claimed job=%d token=%d lane=%s", claim.job_id, claim.lease_version, lane)
@@ -388,7 +392,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         task.add_done_callback(functools.partial(self._finished, claim.job_id, lane))
 
     def _finished(self, job_id: JobId, lane: str, task: asyncio.Task[None]) -> None:
-        self._superseded.discard(task)
+        self._superseded.pop(task, None)
         if self.tasks.get(job_id) is task:  # not a newer execution of the same job
             self.executions.pop(job_id, None)
             self.tasks.pop(job_id, None)
@@ -511,8 +515,25 @@ async def _keep_session(_conn: asyncpg.Connection) -> None:
 
 
 def install_signals(service: RunnerService, add: Callable[[int, Callable[[], None]], None]) -> None:
-    """SIGTERM/SIGINT: graceful shutdown; a second one stops running jobs at once."""
+    """SIGTERM/SIGINT: graceful shutdown; a second one stops running jobs at once.
+    SIGUSR1: log what every task of the runner is waiting on (a runner that seems stuck
+    says where); SIGUSR2: the threads' stacks, written even if the event loop is blocked."""
+    import faulthandler
     import signal
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         add(sig, service.request_shutdown)
+    add(signal.SIGUSR1, dump_tasks)
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
+
+
+def dump_tasks() -> None:
+    """Log each asyncio task and the await it is suspended in."""
+    import io
+
+    tasks = asyncio.all_tasks()
+    log.warning("SIGUSR1: %d task(s)", len(tasks))
+    for task in sorted(tasks, key=lambda t: t.get_name()):
+        out = io.StringIO()
+        task.print_stack(limit=12, file=out)
+        log.warning("task %s:\n%s", task.get_name(), out.getvalue().rstrip())

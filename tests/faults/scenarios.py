@@ -168,6 +168,8 @@ class FaultFleet:
             try:
                 codes.append(r.proc.wait(timeout=20))
             except subprocess.TimeoutExpired:
+                r.proc.send_signal(signal.SIGUSR1)  # it logs where each task waits
+                r.proc.send_signal(signal.SIGUSR2)  # and each thread's stack
                 r.proc.send_signal(signal.SIGTERM)
                 try:
                     codes.append(r.proc.wait(timeout=30))
@@ -376,8 +378,18 @@ def check(
     # ... and as the database reports it: every execution has its end, and a window is
     # never shorter than the jobs saw (an end is an upper bound), nor longer by more than
     # a round trip where the runner could watch its run end (a partition, not a SIGSTOP)
-    (unended,) = q("SELECT count(*) FROM fleetq.executions WHERE ended_at IS NULL")[0]
-    assert unended == 0, f"{unended} execution(s) left with no recorded end"
+    unended = q(
+        "SELECT x.job_id, x.lease_version, x.runner_id, x.pid, x.stop_reason, j.operation, "
+        "j.state, j.lease_version FROM fleetq.executions x JOIN fleetq.jobs j ON j.id = x.job_id "
+        "WHERE x.ended_at IS NULL"
+    )
+    if unended:
+        history = q(
+            "SELECT job_id, kind, lease_version, runner_id, detail::text FROM fleetq.events "
+            "WHERE job_id = ANY($1) ORDER BY id",
+            [row[0] for row in unended],
+        )
+        raise AssertionError(f"executions left with no recorded end: {unended}; {history}")
     windows = conn.execute(queries.sql("stats_overlaps").encode(), [False, None]).fetchall()
     # (job, tokens, runners, started_at, ended_at, ...): see stats_overlaps
     reported = max([(w[6] - w[5]).total_seconds() for w in windows], default=0.0)
@@ -431,6 +443,7 @@ def check(
         "proxy_resets": sum(r.proxy.resets for r in fleet.runners)
         + sum(p.resets for p in fleet.extra_proxies),
         "runner_starts": sum(r.starts for r in fleet.runners),
+        "handler_reruns": sum(r.output().count("running it again") for r in fleet.runners),
         "submit_retries": fleet.submit_retries,
     }
 

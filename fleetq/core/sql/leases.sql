@@ -101,10 +101,15 @@ WHERE reserved_on = $1::text
 ORDER BY id;
 
 -- name: lease_open_executions
--- A runner's executions with no recorded end (the collection pass closes those whose
--- lease moved on while the runner was away). $1 runner
-SELECT e.job_id, e.lease_version, e.run_id
+-- A runner's executions with no recorded end, and whether their lease is still its own
+-- (the collection pass closes those whose lease moved on while the runner was away; the
+-- strays pass those nothing runs for, e.g. a handler claim whose reply was lost).
+-- $1 runner
+SELECT e.job_id, e.lease_version, e.run_id,
+       (j.lease_owner IS NOT DISTINCT FROM e.runner_id AND j.lease_version = e.lease_version
+        AND j.state IN ('claimed', 'running')) AS held
 FROM fleetq.executions e
+JOIN fleetq.jobs j ON j.id = e.job_id
 WHERE e.runner_id = $1::text AND e.ended_at IS NULL
 ORDER BY e.job_id, e.lease_version;
 
