@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Claim and run fleetq jobs on this node: only jobs whose lane it serves, "
         "whose capabilities it has, and that fit its free slots, memory and CPUs. With no "
         "--dsn and no FLEETQ_DSN it uses this machine's embedded PostgreSQL.",
+        epilog="Signals: SIGTERM or SIGINT stops claiming and lets running jobs finish for "
+        "--grace seconds (a second one stops them at once); SIGUSR1 logs where each of the "
+        "runner's tasks waits, SIGUSR2 its threads' stacks (for a runner that seems stuck).",
     )
     p.add_argument("--node", help="this node's name (required, here or in --config)")
     p.add_argument("--name", help="this runner's name on the node (default: runner)")
