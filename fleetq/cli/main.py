@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fleetq import __version__
-from fleetq.cli import bench, demo, jobs, runners, schema, server, stats
+from fleetq.cli import bench, demo, jobs, roles, runners, schema, server, stats
 from fleetq.core.errors import FleetqError
 
 
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
     )
-    for module in (demo, server, schema, jobs, runners, stats, bench):
+    for module in (demo, server, schema, jobs, runners, stats, bench, roles):
         module.register(commands)
     return parser
 

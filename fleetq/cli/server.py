@@ -22,6 +22,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verbs = server.add_subparsers(dest="verb", required=True, metavar="VERB")
     status = verbs.add_parser("status", help="say whether it runs and print its DSN")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_show_password(status)
     status.set_defaults(func=_status)
     start = verbs.add_parser("start", help="start it (or reuse the running one)")
     start.add_argument(
@@ -30,20 +31,40 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="also accept TCP connections (password auth) so runners on other nodes can join",
     )
     start.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_show_password(start)
     start.set_defaults(func=_start)
     stop = verbs.add_parser("stop", help="stop it (fast shutdown)")
     stop.set_defaults(func=_stop)
 
 
+def _add_show_password(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--show-password",
+        action="store_true",
+        help="also print the TCP DSN with the superuser's password in it (by default the "
+        "DSN names a pgpass file instead; remote runners should get logins of their own: "
+        "fleetq roles add-runner)",
+    )
+
+
 def _status(args: argparse.Namespace) -> int:
-    status = EmbeddedServer().status()
+    server = EmbeddedServer()
+    status = server.status()
     _show(status, args.json)
+    _password(server, args)
     return 0 if status.running else 3  # 3, like pg_ctl status: not running
 
 
 def _start(args: argparse.Namespace) -> int:
-    _show(EmbeddedServer().ensure_running(listen=args.listen), args.json)
+    server = EmbeddedServer()
+    _show(server.ensure_running(listen=args.listen), args.json)
+    _password(server, args)
     return 0
+
+
+def _password(server: EmbeddedServer, args: argparse.Namespace) -> None:
+    if args.show_password and not args.json and (dsn := server.tcp_dsn_with_password()):
+        print(f"tcp dsn with password: {dsn}")
 
 
 def _stop(_: argparse.Namespace) -> int:
@@ -65,4 +86,7 @@ def _show(status: ServerStatus, as_json: bool) -> None:
     print(f"dsn:      {status.dsn}")
     if status.tcp_dsn:
         print(f"tcp dsn:  {status.tcp_dsn}")
-        print(f"listen:   {status.listen}  (password in {status.home / 'password'})")
+        print(
+            f"listen:   {status.listen}  (password in {status.home / 'password'}; "
+            "--show-password prints it; remote runners: fleetq roles add-runner)"
+        )

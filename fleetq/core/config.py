@@ -8,6 +8,7 @@ file changes nothing. Errors name the file, the entry and the field
 
 from __future__ import annotations
 
+import json
 import shlex
 import tomllib
 from pathlib import Path
@@ -79,6 +80,19 @@ class IdentityConfig(_Strict):
     role: Literal["release-verification", "service", "operator"]
 
 
+class LimitsConfig(_Strict):
+    """Resource limits for each process of a command job (setrlimit); unset: none. A job
+    past one ends failed, with the limit named as its reason."""
+
+    memory_mb: int | None = Field(None, ge=1, le=16 * 1024 * 1024)  # address space
+    cpu_seconds: int | None = Field(None, ge=1, le=7 * 86_400)
+    open_files: int | None = Field(None, ge=16, le=1_048_576)
+    output_mb: int | None = Field(None, ge=1, le=1024 * 1024)  # any file it writes, its log too
+
+    def as_row(self) -> dict[str, int]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class OperationConfig(_Strict):
     """An operation a project allows: a shell command or an in-process handler."""
 
@@ -89,6 +103,7 @@ class OperationConfig(_Strict):
     memory_mb: int = Field(0, ge=0, le=16 * 1024 * 1024)
     cpus: float = Field(0, ge=0, le=4096)
     timeout_seconds: int = Field(3600, ge=1, le=7 * 86_400)
+    limits: LimitsConfig = LimitsConfig()
 
     @field_validator("command")
     @classmethod
@@ -109,6 +124,8 @@ class OperationConfig(_Strict):
     def _one_kind(self) -> Self:
         if (self.command is None) == (self.handler is None):
             raise ValueError("give exactly one of `command` or `handler`")
+        if self.handler is not None and self.limits.as_row():
+            raise ValueError("`limits` apply to command jobs (a handler runs in the runner)")
         return self
 
     @property
@@ -227,6 +244,7 @@ def _op_row(project: str, name: str, op: OperationConfig) -> list[object]:
         op.memory_mb,
         op.cpu_millis,
         op.timeout_seconds,
+        json.dumps(op.limits.as_row()),
     ]
 
 

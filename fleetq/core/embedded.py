@@ -302,12 +302,28 @@ class EmbeddedServer:
         return self.log_dir / "server.log"
 
     def _socket_dir(self, port: int) -> Path:
-        """A private directory for the socket, short enough for sun_path."""
+        """A private directory for the socket, short enough for sun_path.
+
+        For a long home it is a predictable `/tmp/fleetq-<euid>-<hash>`, which anyone can
+        create first: a foreign one (someone else's, or a symlink) is refused, since the
+        socket's trust auth makes whoever controls the directory the server's gatekeeper.
+        One of our own that is open to others is closed again."""
         preferred = self.home / "run"
         if len(f"{preferred}/.s.PGSQL.{port}") > _SOCKET_PATH_MAX:
             digest = hashlib.sha256(str(self.home).encode()).hexdigest()[:10]
             preferred = Path("/tmp") / f"fleetq-{os.geteuid()}-{digest}"  # noqa: S108
-        preferred.mkdir(mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            preferred.mkdir(mode=0o700)
+        st = preferred.lstat()
+        ours = {os.geteuid()} | ({_ensure_server_user().pw_uid} if self._as_root else set())
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in ours:
+            raise EmbeddedServerError(
+                f"the socket directory {preferred} exists but is not this user's own "
+                f"directory (owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}); "
+                "someone else may have made it: remove it, or set a shorter FLEETQ_HOME"
+            )
+        if st.st_mode & 0o077:
+            preferred.chmod(0o700)
         self._give_to_server(preferred)
         return preferred
 
@@ -371,12 +387,47 @@ class EmbeddedServer:
                 conn.execute(f'CREATE DATABASE "{DATABASE}"')
 
     def _tcp_dsn(self, host: str, port: int) -> str:
+        """The TCP DSN with no password in it: `passfile=` names a pgpass file (mode
+        0600) beside the password, so the DSN can be shown, logged and put on a command
+        line. Remote runners should get logins of their own (`fleetq roles add-runner`)
+        rather than this superuser's."""
+        shown = "localhost" if host in ("*", "0.0.0.0", "::") else host  # noqa: S104
+        query = f"?passfile={quote(str(self.pgpass_file))}" if self._write_pgpass() else ""
+        return f"postgresql://{SUPERUSER}@{shown}:{port}/{DATABASE}{query}"
+
+    def tcp_dsn_with_password(self) -> str | None:
+        """The TCP DSN with the superuser's password in it (`--show-password` only)."""
+        status = self.status()
+        if not (status.running and status.listen and status.port):
+            return None
         try:
             password = self.password_file.read_text().strip()
         except OSError:
-            password = "PASSWORD"  # noqa: S105 - a placeholder the reader can see and replace
+            return None
+        host = status.listen.rpartition(":")[0]
         shown = "localhost" if host in ("*", "0.0.0.0", "::") else host  # noqa: S104
-        return f"postgresql://{SUPERUSER}:{quote(password, safe='')}@{shown}:{port}/{DATABASE}"
+        auth = f"{SUPERUSER}:{quote(password, safe='')}"
+        return f"postgresql://{auth}@{shown}:{status.port}/{DATABASE}"
+
+    @property
+    def pgpass_file(self) -> Path:
+        return self.home / "pgpass"
+
+    def _write_pgpass(self) -> bool:
+        """HOME/pgpass from HOME/password (once); False when the password is unreadable."""
+        if self.pgpass_file.exists():
+            return True
+        try:
+            password = self.password_file.read_text().strip()
+            fd = os.open(self.pgpass_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return True
+        except OSError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            escaped = password.replace("\\", "\\\\").replace(":", "\\:")
+            f.write(f"*:*:*:{SUPERUSER}:{escaped}\n")
+        return True
 
 
 def socket_dsn(socket_dir: Path, port: int, database: str = DATABASE) -> str:

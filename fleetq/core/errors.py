@@ -80,6 +80,11 @@ class NotAllowed(FleetqError):
     """The project or operation is not registered, or not allowed."""
 
 
+class PermissionDenied(FleetqError):
+    """The login may not do this (SQLSTATE 42501): it acts only as what it was made for
+    (`fleetq roles`), e.g. a runner login naming another runner."""
+
+
 class InvalidInput(FleetqError):
     """The request was refused before it reached the queue."""
 

@@ -102,6 +102,12 @@ def migrate(dsn: str, directory: Path | None = None) -> list[Migration]:
             pending = [m for m in migrations if m.version not in applied]
             for migration in pending:
                 _apply(conn, migration)
+            if pending:
+                # what a migration created belongs to whoever migrated, and a new function
+                # is PUBLIC's to execute: ownership and grants are asserted again
+                present = conn.execute(sql("migrate_has_secure")).fetchone()
+                if present is not None and present[0]:
+                    conn.execute(sql("migrate_secure"))
             return pending
         finally:
             conn.execute(sql("migrate_unlock"), [MIGRATION_LOCK_KEY])

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from fleetq.core.embedded import default_home
 from fleetq.core.errors import ConfigError
@@ -50,6 +57,14 @@ class RunnerConfig(BaseModel):
     # kill: job processes die with the runner; adopt: they outlive it, and a restarted
     # runner adopts them (see docs/recovery.md)
     orphans: Literal["kill", "adopt"] = "kill"
+    # run command jobs as this user (the runner must be root), not as the runner's uid
+    job_user: str | None = None
+
+    @model_validator(mode="after")
+    def _job_user_kills_orphans(self) -> RunnerConfig:
+        if self.job_user is not None and self.orphans == "adopt":
+            raise ValueError("job_user works with orphans = kill only (for now)")
+        return self
 
     @property
     def runner_id(self) -> str:

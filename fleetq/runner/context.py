@@ -87,7 +87,9 @@ class JobContext:
         backoff = Backoff()
         for _ in range(FINISH_CHECKS):
             try:
-                row = await self.pool.fetchrow(queries.sql("lease_job_states"), [self.claim.job_id])
+                row = await self.pool.fetchrow(
+                    queries.sql("lease_job_states"), self.runner, [self.claim.job_id]
+                )
             except Exception as exc:
                 if map_error(exc) is None:
                     raise

@@ -29,6 +29,7 @@ from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, StartReport
 from fleetq.runner import executor, metrics
 from fleetq.runner.context import JobContext
+from fleetq.runner.jobuser import JobUser
 from fleetq.runner.journal import Journal
 from fleetq.runner.loops import Backoff, persist, wait_or
 from fleetq.runner.reporter import OutcomeNotRecorded, Reporter
@@ -49,6 +50,7 @@ class Operation:
     handler: str | None
     timeout_s: int
     repository: str
+    limits: executor.Limits = field(default_factory=lambda: executor.Limits())
 
 
 @dataclass
@@ -115,6 +117,7 @@ class Toolkit:
     operation: Callable[[str, str], Awaitable[Operation | None]]
     journal: Journal
     adopt: bool = False  # --orphans adopt: commands run wrapped and outlive the runner
+    job_user: JobUser | None = None  # --job-user: commands run as this user
     # set when the runner shuts down: writes that retry until they land give up then
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -139,6 +142,8 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
     except StagingFailed as exc:
         await _record(ex, kit, executor.Finished(Outcome.REFUSED, reason=str(exc)))
         return
+    if kit.job_user is not None:
+        await asyncio.to_thread(kit.job_user.give, tree)
     prepare_ms = int((time.monotonic() - t0) * 1000)
     if ex.stop.is_set():
         # cancelled, superseded or self-fenced while its tree was being staged: nothing
@@ -156,13 +161,17 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
     finished = await executor.run_command(
         op.command or "",
         cwd=tree,
-        env=executor.job_environment(_job_env(ex, kit)),
+        env=executor.job_environment(
+            {**_job_env(ex, kit), **(kit.job_user.environment() if kit.job_user else {})}
+        ),
         timeout_s=op.timeout_s,
         log_path=kit.logs / f"{name}.log",
         on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms),
         stop=ex.stop,
         status_file=status_file,
         stop_grace_s=lambda: ex.stop_grace_s,
+        user=kit.job_user,
+        limits=op.limits,
     )
     await _record(ex, kit, finished, prepare_ms=prepare_ms)
     if finished.outcome is not None:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import resource
 import shlex
 import signal
 import sys
@@ -26,10 +27,12 @@ from pathlib import Path
 from typing import Protocol
 
 import psutil
+from pydantic import BaseModel, ConfigDict
 
 from fleetq.core.errors import ConnectionFailed, StaleLease
 from fleetq.core.models import Outcome
 from fleetq.runner import orphans
+from fleetq.runner.jobuser import JobUser
 
 TAIL_BYTES = 4096
 STOP_GRACE_S = 5.0
@@ -59,6 +62,54 @@ class Finished:
 OnStart = Callable[[int, datetime], Awaitable[None]]
 
 
+class Limits(BaseModel):
+    """An operation's resource limits (`limits` in the fleet file), applied with
+    setrlimit to each process of a command job before it runs."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    memory_mb: int | None = None
+    cpu_seconds: int | None = None
+    open_files: int | None = None
+    output_mb: int | None = None
+
+    def rlimits(self) -> list[tuple[int, int, int]]:
+        """(resource, soft, hard). CPU: SIGXCPU at the limit, SIGKILL a second later."""
+        mib = 1024 * 1024
+        found = []
+        if self.memory_mb:
+            found.append((resource.RLIMIT_AS, self.memory_mb * mib, self.memory_mb * mib))
+        if self.cpu_seconds:
+            found.append((resource.RLIMIT_CPU, self.cpu_seconds, self.cpu_seconds + 1))
+        if self.open_files:
+            found.append((resource.RLIMIT_NOFILE, self.open_files, self.open_files))
+        if self.output_mb:
+            found.append((resource.RLIMIT_FSIZE, self.output_mb * mib, self.output_mb * mib))
+        return found
+
+    def reason(self, sig: int | None) -> str | None:
+        """The limit a signal stands for, if any (SIGXCPU, SIGXFSZ)."""
+        if sig == signal.SIGXCPU and self.cpu_seconds:
+            return f"cpu limit: more than {self.cpu_seconds}s of CPU (limits.cpu_seconds)"
+        if sig == signal.SIGXFSZ and self.output_mb:
+            return f"output limit: a file past {self.output_mb} MB (limits.output_mb)"
+        return None
+
+
+def _child_setup(parent: int | None, limits: Limits) -> Callable[[], None]:
+    """What a job's process does between fork and exec: die with the runner (unless it
+    is to outlive it), and take the operation's limits."""
+    rlimits = limits.rlimits()
+
+    def setup() -> None:
+        if parent is not None:
+            orphans.die_with_parent(parent)
+        for which, soft, hard in rlimits:
+            resource.setrlimit(which, (soft, hard))
+
+    return setup
+
+
 def job_environment(extra: dict[str, str]) -> dict[str, str]:
     """The allow-listed environment plus the job's FLEETQ_* variables."""
     env = {k: v for k, v in os.environ.items() if k in ENV_ALLOW}
@@ -77,8 +128,10 @@ async def run_command(
     stop: asyncio.Event,
     status_file: Path | None = None,
     stop_grace_s: Callable[[], float] = lambda: STOP_GRACE_S,
+    user: JobUser | None = None,
+    limits: Limits | None = None,
 ) -> Finished:
-    """Run a command to its end, its timeout, or a stop request.
+    """Run a command to its end, its timeout, or a stop request (as `user`, if given).
 
     With `status_file` (adopt mode) the command runs under `fleetq.runner.wrap`, which
     records its exit status there, and it is not tied to the runner's life: a restarted
@@ -101,13 +154,14 @@ async def run_command(
             parent = os.getpid()
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                preexec_fn=None if status_file else lambda: orphans.die_with_parent(parent),
+                preexec_fn=_child_setup(None if status_file else parent, limits or Limits()),
                 cwd=cwd,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
+                **(user.process_options() if user else {}),  # type: ignore[arg-type]
             )
         except OSError as exc:
             name = errno.errorcode.get(exc.errno or 0, "?")
@@ -137,7 +191,11 @@ async def run_command(
         await terminate_group(proc.pid, grace_s=0)  # leftovers the command left behind
         await asyncio.to_thread(orphans.kill_run, run_id)
         gone = time.monotonic()
-        return replace(_exited(proc.returncode, _tail(log_path), elapsed()), ended_monotonic=gone)
+        finished = _exited(proc.returncode, _tail(log_path), elapsed())
+        limit = (limits or Limits()).reason(finished.signal)
+        if limit is not None:
+            finished = replace(finished, reason=limit)
+        return replace(finished, ended_monotonic=gone)
     timed_out = stopper not in done
     # the grace is read now: a self-fencing stop asks for a shorter one (see `fencing`)
     if not await terminate_group(proc.pid, grace_s=stop_grace_s(), deadline_s=STOP_DEADLINE_S):

@@ -49,7 +49,7 @@ class LeaseKeeping(RunnerBase):
 
     async def _stop_lost(self, job_ids: list[JobId]) -> None:
         """Stop local executions whose lease this runner no longer holds."""
-        rows = await self.driver.fetch(queries.sql("lease_job_states"), job_ids)
+        rows = await self.driver.fetch(queries.sql("lease_job_states"), self.runner, job_ids)
         for row in rows:
             ex = self.executions.get(row["job_id"])
             if ex is None:
@@ -89,7 +89,9 @@ class LeaseKeeping(RunnerBase):
         if reason == "self_fenced":
             # Fenced blind (the database was unreachable); now that it answers, say what
             # really happened meanwhile: superseded or cancelled wins over self_fenced.
-            (row,) = await self.driver.fetch(queries.sql("lease_job_states"), [c.job_id])
+            (row,) = await self.driver.fetch(
+                queries.sql("lease_job_states"), self.runner, [c.job_id]
+            )
             if row["state"] == "cancelled":
                 reason = "cancelled"
             elif row["lease_version"] != c.lease_version:

@@ -12,7 +12,7 @@ from pathlib import Path
 from fleetq.core.db import as_uri, resolve_dsn
 from fleetq.core.errors import FleetqError
 from fleetq.runner import config as runner_config
-from fleetq.runner import metrics
+from fleetq.runner import metrics, orphans
 from fleetq.runner.service import RunnerService, install_signals
 
 
@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         "a restarted runner adopts them",
     )
     p.add_argument(
+        "--job-user",
+        metavar="USER",
+        help="run command jobs as USER, so they cannot read the runner's credentials (the "
+        "runner must be root; recommended whenever it is)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         metavar="PORT",
@@ -100,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the runner until SIGTERM/SIGINT (twice: stop running jobs at once)."""
+    # first, before anything secret is read: a job of this uid cannot read our /proc files
+    orphans.make_undumpable()
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -118,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "keep_failed": args.keep_failed or None,
         "exit_when_drained": args.exit_when_drained or None,
         "orphans": args.orphans,
+        "job_user": args.job_user,
         "lanes": dict(args.lane) or None,
         "capabilities": args.capability or None,
     }

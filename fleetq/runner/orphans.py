@@ -20,6 +20,7 @@ import sys
 import psutil
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -31,6 +32,13 @@ def _prctl(option: int, value: int) -> bool:
         return int(libc.prctl(option, value, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def make_undumpable() -> bool:
+    """Make this process non-dumpable (Linux): its /proc files (environ, mem, fds) are
+    closed to other processes of its uid, jobs included; no core dumps. A job's own
+    exec makes it dumpable again, so jobs are not affected."""
+    return _prctl(PR_SET_DUMPABLE, 0)
 
 
 def become_subreaper() -> bool:

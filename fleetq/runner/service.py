@@ -58,6 +58,7 @@ from fleetq.runner.execution import (
     hand_back,
 )
 from fleetq.runner.fencing import SELF_FENCE_CHECK_S
+from fleetq.runner.jobuser import JobUser
 from fleetq.runner.journal import Entry, Journal
 from fleetq.runner.keeping import LeaseKeeping
 from fleetq.runner.reporter import Reporter
@@ -81,6 +82,11 @@ class RunnerService(Claiming, LeaseKeeping, Control):
     def __init__(self, config: RunnerConfig) -> None:
         self.config = config
         self.runner = RunnerId(config.runner_id)
+        # checked before anything starts: a user that is missing or out of reach is a
+        # configuration error, said at once
+        self.job_user = JobUser.named(config.job_user) if config.job_user else None
+        if self.job_user is not None:
+            self.job_user.prepare(config.directory() / "trees")
         self.executions: dict[JobId, Execution] = {}
         self.tasks: dict[JobId, asyncio.Task[None]] = {}
         self.wakes = {lane: asyncio.Event() for lane in config.lanes}
@@ -153,6 +159,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             operation=self._operation,
             journal=Journal(directory / "journal.jsonl"),
             adopt=self.config.orphans == "adopt",
+            job_user=self.job_user,
             stopping=self.shutdown_requested,
         )
         try:
@@ -456,7 +463,14 @@ class RunnerService(Claiming, LeaseKeeping, Control):
     async def _adopt(self, entry: Entry) -> None:
         """Take over a run launched before a restart: report its start if that was lost,
         then follow it to its outcome like any other execution."""
-        (row,) = await self.driver.fetch(queries.sql("jobs_get"), entry.job_id)
+        rows = await self.driver.fetch(queries.sql("lease_job"), self.runner, entry.job_id)
+        if not rows:
+            # its lease ended between the collection pass and now: the run may not go on
+            await asyncio.to_thread(orphans.kill_run, entry.run_id)
+            self.kit.journal.ended(entry.job_id, entry.token)
+            log.warning("not adopting job=%d: its lease moved on; run killed", entry.job_id)
+            return
+        (row,) = rows
         claim = Claim.model_validate({**row, "job_id": row["id"]})
         ex = Execution(claim=claim, lane=row["lane"], run_id=uuid.UUID(entry.run_id), pid=entry.pid)
         assert entry.pid is not None and entry.started_at is not None
@@ -502,6 +516,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
                     handler=r["handler"],
                     timeout_s=r["timeout_s"],
                     repository=r["repository"],
+                    limits=executor.Limits.model_validate(r["limits"] or {}),
                 )
                 for r in rows
             }

@@ -104,6 +104,20 @@ command = "python3 -c 'import sys; sys.stdout.write(chr(0) * 3)'"
 [projects.repo.operations.hold]
 lane = "control"
 handler = "tests.handlers:hold_transaction"
+[projects.repo.operations.peek]
+lane = "checks"
+command = "sh -c 'id -un; cat /proc/$PPID/environ > /dev/null 2>&1 && echo LEAKED || echo DENIED'"
+[projects.repo.operations.flood]
+lane = "checks"
+command = "head -c 5000000 /dev/zero"
+[projects.repo.operations.flood.limits]
+output_mb = 1
+[projects.repo.operations.spin]
+lane = "checks"
+command = "python3 -c 'while True: pass'"
+timeout_seconds = 60
+[projects.repo.operations.spin.limits]
+cpu_seconds = 1
 [projects.repo.operations.oserror]
 lane = "control"
 handler = "tests.handlers:own_oserror"

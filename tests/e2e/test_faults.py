@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -49,7 +49,12 @@ def _fleet(server: EmbeddedServer, repo: Repo, tmp_path: Path, *, lease: int) ->
 
 
 def _runner(
-    dsn: str, tmp_path: Path, *lanes: str, node: str = "n", name: str = "runner"
+    dsn: str,
+    tmp_path: Path,
+    *lanes: str,
+    node: str = "n",
+    name: str = "runner",
+    extra: Sequence[str] = (),
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """A runner process `NODE/NAME` logging to a file (returned with it); unlike the
     `start_runner` fixture, nothing waits for it to serve."""
@@ -69,6 +74,7 @@ def _runner(
         "--poll",
         "0.2",
         *[a for lane in lanes for a in ("--lane", lane)],
+        *extra,
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(log, "wb") as out:

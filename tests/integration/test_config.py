@@ -92,6 +92,14 @@ def test_updates_are_upserts(tx: SyncConnection, tmp_path: Path) -> None:
         (GOOD + "[identities.bot]\nrole = 'king'\n", "identities.bot.role: Input should be"),
         ("[lanes.checks\n", "fleet.toml: not valid TOML"),
         (GOOD.replace('repository = "repos/web"', ""), "projects.web.repository: Field required"),
+        (
+            GOOD + "[projects.web.operations.unit.limits]\noutput_mb = 0\n",
+            "projects.web.operations.unit.limits.output_mb: Input should be greater than",
+        ),
+        (
+            GOOD + "[projects.web.operations.unit.limits]\nwall = 3\n",
+            "projects.web.operations.unit.limits.wall: unknown field",
+        ),
     ],
 )
 def test_bad_files_say_where(tmp_path: Path, text: str, message: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -96,11 +98,46 @@ def test_listen_on_tcp(home: Path) -> None:
     assert status.tcp_dsn is not None and status.listen == f"127.0.0.1:{port}"
     with psycopg.connect(status.tcp_dsn, connect_timeout=10) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+    # the superuser's password is printed only when asked for (issue 13)
+    password = (home / "password").read_text().strip()
+    assert password not in status.tcp_dsn and "passfile=" in status.tcp_dsn
+    code, out, _ = _run(home, "server", "status")
+    assert code == 0 and password not in out, out
+    code, out, _ = _run(home, "server", "status", "--show-password")
+    assert code == 0 and password in out, out
     without_password = f"postgresql://postgres@127.0.0.1:{port}/fleetq"
     with pytest.raises(psycopg.OperationalError, match="password"):
         psycopg.connect(without_password, connect_timeout=10)
     with pytest.raises(EmbeddedServerError, match="already running"):
         EmbeddedServer(home).ensure_running(listen=f"127.0.0.1:{port + 1}")
+
+
+def test_a_socket_directory_someone_else_made_is_refused(tmp_path: Path) -> None:
+    """A long home puts the socket in a predictable /tmp/fleetq-<euid>-<hash>, which was
+    accepted even when another user had made it first, mode 0777 (and could then answer
+    for the server, or swap its socket)."""
+    home = make_home() / ("h" * 90)
+    home.mkdir()
+    digest = hashlib.sha256(str(home).encode()).hexdigest()[:10]
+    planted = Path("/tmp") / f"fleetq-{os.geteuid()}-{digest}"  # noqa: S108 - the point
+    planted.mkdir(mode=0o777)
+    planted.chmod(0o777)
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        os.chown(planted, nobody.pw_uid, nobody.pw_gid)
+    else:  # not root: a symlink to a directory elsewhere stands for the foreign one
+        planted.rmdir()
+        planted.symlink_to(tmp_path)
+    try:
+        with pytest.raises(EmbeddedServerError, match="not this user's own directory"):
+            EmbeddedServer(home).ensure_running()
+    finally:
+        EmbeddedServer(home).stop()
+        if planted.is_symlink():
+            planted.unlink()
+        else:
+            shutil.rmtree(planted, ignore_errors=True)
+        shutil.rmtree(home.parent, ignore_errors=True)
 
 
 def _free_port() -> int:

@@ -33,10 +33,11 @@ WHERE (fleetq.projects.repository, fleetq.projects.release_gate, fleetq.projects
 
 -- name: config_upsert_operation
 -- $1 project, $2 name, $3 lane, $4 command, $5 handler, $6 capabilities,
--- $7 memory_mb, $8 cpu_millis, $9 timeout_s
+-- $7 memory_mb, $8 cpu_millis, $9 timeout_s, $10 limits (JSON text)
 INSERT INTO fleetq.operations
-    (project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    (project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s,
+     limits)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::text::jsonb)
 ON CONFLICT (project, name) DO UPDATE SET
     lane = EXCLUDED.lane,
     command = EXCLUDED.command,
@@ -45,13 +46,14 @@ ON CONFLICT (project, name) DO UPDATE SET
     memory_mb = EXCLUDED.memory_mb,
     cpu_millis = EXCLUDED.cpu_millis,
     timeout_s = EXCLUDED.timeout_s,
+    limits = EXCLUDED.limits,
     updated_at = clock_timestamp()
 WHERE (fleetq.operations.lane, fleetq.operations.command, fleetq.operations.handler,
        fleetq.operations.capabilities, fleetq.operations.memory_mb,
-       fleetq.operations.cpu_millis, fleetq.operations.timeout_s)
+       fleetq.operations.cpu_millis, fleetq.operations.timeout_s, fleetq.operations.limits)
     IS DISTINCT FROM
       (EXCLUDED.lane, EXCLUDED.command, EXCLUDED.handler, EXCLUDED.capabilities,
-       EXCLUDED.memory_mb, EXCLUDED.cpu_millis, EXCLUDED.timeout_s);
+       EXCLUDED.memory_mb, EXCLUDED.cpu_millis, EXCLUDED.timeout_s, EXCLUDED.limits);
 
 -- name: config_lane_names
 -- The lanes already registered, so a file may name lanes it does not declare.

@@ -71,50 +71,39 @@ SELECT fleetq.release($1::text, $2::bigint, $3::bigint, $4::text, $5::boolean,
 
 -- name: lease_job_states
 -- The current state, owner and token of jobs a runner executes, so it can stop those
--- it no longer holds (cancelled, or claimed again by someone else). $1 job ids
-SELECT id AS job_id, state, lease_owner, lease_version
-FROM fleetq.jobs
-WHERE id = ANY ($1::bigint[]);
+-- it no longer holds (cancelled, or claimed again by someone else); only jobs this
+-- runner claimed are answered. $1 runner, $2 job ids
+SELECT * FROM fleetq.runner_job_states($1::text, $2::bigint[]);
+
+-- name: lease_job
+-- A job this runner holds, in full (to adopt a run launched before a restart).
+-- $1 runner, $2 job
+SELECT * FROM fleetq.runner_job($1::text, $2::bigint);
 
 -- name: lease_operations
 -- What each registered operation runs, with its project's repository, for runners.
-SELECT o.project, o.name AS operation, o.command, o.handler, o.timeout_s, p.repository
-FROM fleetq.operations o
-JOIN fleetq.projects p ON p.name = o.project;
+SELECT * FROM fleetq.runner_operations();
 
 -- name: lease_lock_for_handler
 -- Inside a handler's own transaction: lock the job row under (owner, token), so what the
--- transaction writes commits only while the lease is held. $1 job, $2 runner, $3 version
-SELECT 1 AS held FROM fleetq.jobs
-WHERE id = $1::bigint AND lease_owner = $2::text AND lease_version = $3::bigint
-  AND state IN ('claimed', 'running')
-FOR UPDATE;
+-- transaction writes commits only while the lease is held (NULL: not held).
+-- $1 job, $2 runner, $3 version
+SELECT fleetq.lock_for_handler($1::bigint, $2::text, $3::bigint) AS held;
 
 -- name: lease_held_by
 -- What a runner holds in the database: its live leases and the cancelled jobs whose
 -- stop it has not confirmed. The collection pass on start-up walks these. $1 runner
 -- held_s: seconds since the claim, in database time.
-SELECT id AS job_id, lease_version, state,
-       extract(epoch FROM clock_timestamp() - claimed_at)::float8 AS held_s
-FROM fleetq.jobs
-WHERE reserved_on = $1::text
-ORDER BY id;
+SELECT * FROM fleetq.runner_held($1::text);
 
 -- name: lease_open_executions
 -- A runner's executions with no recorded end, and whether their lease is still its own
 -- (the collection pass closes those whose lease moved on while the runner was away; the
 -- strays pass those nothing runs for, e.g. a handler claim whose reply was lost).
 -- $1 runner
-SELECT e.job_id, e.lease_version, e.run_id,
-       (j.lease_owner IS NOT DISTINCT FROM e.runner_id AND j.lease_version = e.lease_version
-        AND j.state IN ('claimed', 'running')) AS held
-FROM fleetq.executions e
-JOIN fleetq.jobs j ON j.id = e.job_id
-WHERE e.runner_id = $1::text AND e.ended_at IS NULL
-ORDER BY e.job_id, e.lease_version;
+SELECT * FROM fleetq.runner_open_executions($1::text);
 
 -- name: lease_note_event
 -- A runner's own observation about a job it holds (e.g. adoption_refused), with evidence.
 -- $1 kind, $2 job, $3 runner, $4 version, $5 detail (JSON text)
-SELECT fleetq.log_events($1::text, ARRAY[$2::bigint], $3::text, ARRAY[$4::bigint], NULL,
-                         $5::text::jsonb);
+SELECT fleetq.runner_note($1::text, $2::bigint, $3::text, $4::bigint, $5::text::jsonb);

@@ -36,3 +36,12 @@ INSERT INTO fleetq.schema_migrations (version, name, checksum) VALUES ($1, $2, $
 -- `fleetq demo --reset`: every fleetq table, function and row in this database goes; the
 -- next migrate recreates them. Run under migrate_lock, so no migration is half-dropped.
 DROP SCHEMA IF EXISTS fleetq CASCADE;
+
+-- name: migrate_has_secure
+-- Whether the schema asserts its own ownership and grants (migration 0007 on).
+SELECT to_regprocedure('fleetq.secure()') IS NOT NULL AS present;
+
+-- name: migrate_secure
+-- Ownership (fleetq_owner) and grants (the fleetq_* groups; PUBLIC nothing), asserted
+-- again after migrating.
+SELECT fleetq.secure();

@@ -22,13 +22,12 @@ ORDER BY r.id;
 
 -- name: runners_get_state
 -- A runner's own state, which it follows (paused, draining, drained). $1 runner
-SELECT state, state_reason FROM fleetq.runners WHERE id = $1::text;
+SELECT * FROM fleetq.runner_state($1::text);
 
 -- name: runners_lease_seconds
 -- The lease length runners heartbeat against, and how long a silent runner stays
 -- online (a runner renews often enough for both).
-SELECT fleetq.setting_int('lease_seconds') AS lease_seconds,
-       fleetq.setting_int('runner_offline_after_seconds') AS offline_after_seconds;
+SELECT * FROM fleetq.runner_timing();
 
 -- name: runners_take_identity
 -- One process per runner id: a session advisory lock, held by the runner's LISTEN
