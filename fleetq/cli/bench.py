@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleetq.cli.common import Commands
+from fleetq.cli.common import Commands, positive_arg
 from fleetq.core import config, migrate, queries
 from fleetq.core.db import connect, resolve_dsn
 from fleetq.core.driver import AsyncpgDriver, Driver
@@ -52,10 +52,10 @@ def register(commands: Commands) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--jobs", type=int, default=5000, help="jobs in the throughput phase")
-    p.add_argument("--runners", type=int, default=4, help="runner processes")
-    p.add_argument("--slots", type=int, default=512, help="bench-lane slots per runner")
-    p.add_argument("--batch", type=int, default=256, help="claim batch per runner")
+    p.add_argument("--jobs", type=positive_arg, default=5000, help="jobs in the throughput phase")
+    p.add_argument("--runners", type=positive_arg, default=4, help="runner processes")
+    p.add_argument("--slots", type=positive_arg, default=512, help="bench-lane slots per runner")
+    p.add_argument("--batch", type=positive_arg, default=256, help="claim batch per runner")
     p.add_argument("--warmup", type=int, default=1000, help="uncounted jobs run first")
     p.add_argument("--rate", type=float, default=200.0, help="jobs/s in the latency phase")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="latency phase length")

@@ -67,3 +67,27 @@ def duration(delta: timedelta) -> str:
 
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+BIGINT_MAX = 2**63 - 1
+
+
+def job_id_arg(text: str) -> int:
+    """An argparse type: a job id (1 .. 2^63-1), refused as a usage error otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a positive integer)") from None
+    if not 1 <= value <= BIGINT_MAX:
+        raise argparse.ArgumentTypeError(f"{text} is not a job id (1 to {BIGINT_MAX})")
+    return value
+
+
+def positive_arg(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a --limit, say)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= BIGINT_MAX:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value

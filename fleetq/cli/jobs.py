@@ -9,10 +9,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fleetq.cli.common import Commands, actor, add_actor, add_json, age, run
+from fleetq.cli.common import (
+    Commands,
+    actor,
+    add_actor,
+    add_json,
+    age,
+    job_id_arg,
+    positive_arg,
+    run,
+)
+from fleetq.cli.exits import Exit
 from fleetq.cli.output import emit_json, table
 from fleetq.core import eligibility, leasing, producer, readers
-from fleetq.core.errors import InvalidInput
+from fleetq.core.errors import InvalidInput, NotFound
 from fleetq.core.models import CancelResult, JobId, JobState
 
 
@@ -51,7 +61,7 @@ def _submit(commands: Commands) -> None:
 def _payload(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.payload and args.payload_file:
         raise InvalidInput("give --payload or --payload-file, not both")
-    text = args.payload_file.read_text() if args.payload_file else args.payload
+    text = _read_payload_file(args.payload_file) if args.payload_file else args.payload
     if text is None:
         return None
     try:
@@ -60,13 +70,33 @@ def _payload(args: argparse.Namespace) -> dict[str, Any] | None:
         raise InvalidInput(
             f"payload is not valid JSON (line {exc.lineno}, column {exc.colno})"
         ) from None
+    except RecursionError:
+        raise InvalidInput("payload nests too deeply to be read") from None
     if not isinstance(value, dict):
         raise InvalidInput("payload must be a JSON object")
     return value
 
 
+def _read_payload_file(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput(f"--payload-file {path}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"--payload-file {path}: is a directory") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"--payload-file {path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise InvalidInput(f"--payload-file {path}: {exc.strerror}") from None
+
+
 def _do_submit(args: argparse.Namespace) -> int:
     payload = _payload(args)
+    key = f" with --key {args.key}, submitting again is safe" if args.key else ""
+    args.interrupted_note = (
+        " while submitting: the job may or may not have been queued "
+        f"(`fleetq jobs --project {args.project}` shows it{key})"
+    )
     answer = run(
         args,
         lambda d: producer.submit(
@@ -100,7 +130,7 @@ def _cancel(commands: Commands) -> None:
         description="Cancel jobs: each is terminal at once. A running one shows 'stop pending' "
         "until its runner confirms the process stopped.",
     )
-    p.add_argument("job_ids", nargs="+", type=int, metavar="JOB")
+    p.add_argument("job_ids", nargs="+", type=job_id_arg, metavar="JOB")
     p.add_argument("--reason", default="", help="why (kept with the job and its events)")
     add_actor(p)
     add_json(p)
@@ -108,16 +138,29 @@ def _cancel(commands: Commands) -> None:
 
 
 def _do_cancel(args: argparse.Namespace) -> int:
-    async def work(d: Any) -> list[CancelResult]:
-        return [
-            await producer.cancel(d, job_id=JobId(j), actor=actor(args), reason=args.reason)
-            for j in args.job_ids
-        ]
+    """Each id on its own: one unknown id neither stops the others nor hides that they
+    were cancelled (exit 65 when any was unknown)."""
 
-    results = run(args, work)
+    async def work(d: Any) -> list[CancelResult | NotFound]:
+        answers: list[CancelResult | NotFound] = []
+        for j in args.job_ids:
+            try:
+                answers.append(
+                    await producer.cancel(d, job_id=JobId(j), actor=actor(args), reason=args.reason)
+                )
+            except NotFound as exc:
+                answers.append(exc)
+        return answers
+
+    answers = run(args, work)
+    unknown = [j for j, a in zip(args.job_ids, answers, strict=True) if isinstance(a, NotFound)]
+    results = [a for a in answers if isinstance(a, CancelResult)]
+    status = Exit.DATA if unknown else Exit.OK
     if args.json:
-        emit_json(results)
-        return 0
+        emit_json({"cancelled": [r.model_dump(mode="json") for r in results], "unknown": unknown})
+        return status
+    for j in unknown:
+        print(f"job {j}: no such job", file=sys.stderr)
     for r in results:
         if r.previous_state.terminal:
             print(f"job {r.job_id} was already {r.previous_state}: nothing to cancel")
@@ -128,7 +171,7 @@ def _do_cancel(args: argparse.Namespace) -> int:
             )
         else:
             print(f"job {r.job_id} cancelled (was {r.previous_state})")
-    return 0
+    return status
 
 
 def _result(commands: Commands) -> None:
@@ -136,8 +179,10 @@ def _result(commands: Commands) -> None:
         "result",
         help="what is known about PROJECT at COMMIT",
         description="Per operation: live (queued or running), or the recorded verdict "
-        "(passed, failed, refused, cancelled). Exit status: 0 all passed, 1 any failed, "
-        "refused or cancelled, 2 still live or never asked.",
+        "(passed, failed, refused, cancelled). Exit status: 0 all passed; 1 any failed, "
+        "refused or cancelled; 2 not decided yet (still queued or running, or never asked); "
+        "64 a malformed request (a short SHA); 65 an unknown project or operation, which "
+        "can never be answered; 69 the database is out of reach.",
     )
     p.add_argument("project")
     p.add_argument("commit")
@@ -169,8 +214,8 @@ def _do_result(args: argparse.Namespace) -> int:
         )
     statuses = {a.status for a in answers}
     if not answers or statuses & {"live", "none"}:
-        return 2
-    return 0 if statuses == {"passed"} else 1
+        return Exit.NOT_YET
+    return Exit.OK if statuses == {"passed"} else Exit.FAILED
 
 
 def _jobs(commands: Commands) -> None:
@@ -179,7 +224,7 @@ def _jobs(commands: Commands) -> None:
     p.add_argument("--lane")
     p.add_argument("--project")
     p.add_argument("--runner", help="jobs this runner holds (or must still confirm stopped)")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=positive_arg, default=50, help="at most this many (default 50)")
     add_json(p)
     p.set_defaults(func=_do_jobs)
 
@@ -243,7 +288,7 @@ def _explain(commands: Commands) -> None:
         help="which runners could run a job now, and why the others cannot",
         description="Evaluates the claim's own eligibility rule for JOB against every runner.",
     )
-    p.add_argument("job_id", type=int, metavar="JOB")
+    p.add_argument("job_id", type=job_id_arg, metavar="JOB")
     add_json(p)
     p.set_defaults(func=_do_explain)
 
@@ -281,10 +326,12 @@ def _do_explain(args: argparse.Namespace) -> int:
 
 def _events(commands: Commands) -> None:
     p = commands.add_parser("events", help="the event history, oldest first")
-    p.add_argument("--job", type=int)
+    p.add_argument("--job", type=job_id_arg, metavar="JOB")
     p.add_argument("--runner")
-    p.add_argument("--after", type=int, metavar="ID", help="only events after this id")
-    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--after", type=positive_arg, metavar="ID", help="only events after this id")
+    p.add_argument(
+        "--limit", type=positive_arg, default=100, help="at most this many (default 100)"
+    )
     add_json(p)
     p.set_defaults(func=_do_events)
 

@@ -6,15 +6,26 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from fleetq import __version__
-from fleetq.cli import bench, demo, jobs, roles, runners, schema, server, stats
+from fleetq.cli import bench, demo, exits, jobs, roles, runners, schema, server, stats
 from fleetq.core.errors import FleetqError
+from fleetq.core.text import escape
 
 
-class CommandParser(argparse.ArgumentParser):
+class UsageExit(argparse.ArgumentParser):
+    """A parser whose usage errors exit 64 (EX_USAGE), not argparse's 2, which
+    `fleetq result` uses for "not decided yet"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(exits.Exit.USAGE, f"{self.prog}: error: {escape(message)}\n")
+
+
+class CommandParser(UsageExit):
     """A subcommand's parser: it also takes the options people type after the verb
     (`fleetq migrate --dsn X -v`), the same ones `fleetq` takes before it."""
 
@@ -42,7 +53,7 @@ def _add_connection_options(parser: argparse.ArgumentParser, *, default: Any) ->
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; each verb lives in its own module."""
-    parser = argparse.ArgumentParser(
+    parser = UsageExit(
         prog="fleetq",
         description="fleetq: a fleet job queue on PostgreSQL. With no --dsn and no FLEETQ_DSN, "
         "commands use the embedded PostgreSQL server of this machine (started on first use). "
@@ -80,7 +91,8 @@ def _command_name(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; fleetq errors become one line on stderr and exit status 1."""
+    """Run one command. An error is one line on stderr (its untrusted text escaped) and
+    an exit status from `exits` by kind; no traceback reaches a user unless -v asks."""
     args = parse(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -89,10 +101,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except FleetqError as exc:
-        print(f"fleetq: error: {exc}", file=sys.stderr)
-        return 1
+        print(f"fleetq: error: {escape(exc, one_line=False)}", file=sys.stderr)
+        return exits.for_error(exc)
     except KeyboardInterrupt:
-        return 130
+        print(f"fleetq: interrupted{getattr(args, 'interrupted_note', '')}", file=sys.stderr)
+        return exits.Exit.INTERRUPTED
     except BrokenPipeError:  # `fleetq jobs | head`: the reader left; that is not an error
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
+    except Exception as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(
+            f"fleetq: internal error: {type(exc).__name__}: {escape(exc)} (a bug in fleetq; "
+            "-v shows where)",
+            file=sys.stderr,
+        )
+        return exits.Exit.SOFTWARE

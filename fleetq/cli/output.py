@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from fleetq.core.text import escape
+
 
 def emit_json(value: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
     """One JSON document on stdout."""
@@ -23,8 +25,12 @@ def emit_json(value: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain aligned table (no colour: it is read in logs and pipes too)."""
-    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in r] for r in rows]]
+    """A plain aligned table (no colour: it is read in logs and pipes too). Cells are
+    untrusted (names, reasons): control characters are shown escaped, never raw."""
+    cells = [
+        [str(h) for h in headers],
+        *[["" if c is None else escape(c) for c in r] for r in rows],
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from fleetq.cli.common import Commands, add_json
+from fleetq.cli.exits import Exit
 from fleetq.cli.output import emit_json, table
 from fleetq.core import migrate, roles
 from fleetq.core.db import connect, resolve_dsn
@@ -36,7 +37,9 @@ def register(commands: Commands) -> None:
         "what it was made for: a runner login cannot act as another runner or touch tables; "
         "a submitter cannot choose who submitted. The password goes to a pgpass file (mode "
         "0600) that the printed DSN names (passfile=); copy both to the machine that uses "
-        "them. Run these as an administrator (a superuser or a member of fleetq_owner).",
+        "them. The DSN reaches the server the way --dsn does: give the --dsn the other "
+        "machines will use (for the embedded server, the tcp dsn of `fleetq server status`). "
+        "Run these as an administrator (a superuser or a member of fleetq_owner).",
     )
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for kind, (metavar, help_text) in _WHAT.items():
@@ -97,4 +100,4 @@ def _remove(args: argparse.Namespace) -> int:
         removed = roles.remove(conn, args.login)
         conn.commit()
     print(f"login {args.login} dropped" if removed else f"no fleetq login named {args.login}")
-    return 0 if removed else 1
+    return Exit.OK if removed else Exit.DATA

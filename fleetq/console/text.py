@@ -9,26 +9,13 @@ window).
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 
 from rich.text import Text
 
-# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), other two-byte escapes, C1 CSI, then
-# any remaining C0/C1 control character except tab and newline.
-_CONTROL = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
-    r"|\x1b[@-Z\\-_]"
-    r"|\x9b[0-?]*[ -/]*[@-~]"
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
-)
+from fleetq.core.text import clean as clean  # re-exported: the views import it from here
+
 _BLOCKS = "▁▂▃▄▅▆▇█"
-
-
-def clean(value: object) -> str:
-    """`value` as a string with every terminal control sequence removed."""
-    return _CONTROL.sub("", "" if value is None else str(value))
 
 
 def plain(value: object, style: str = "") -> Text:

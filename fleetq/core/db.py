@@ -17,7 +17,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import TupleRow
 
-from fleetq.core.errors import ConnectionFailed, FleetqError
+from fleetq.core.errors import ConfigError, ConnectionFailed, FleetqError
 
 SyncConnection: TypeAlias = psycopg.Connection[TupleRow]
 
@@ -26,15 +26,44 @@ STATEMENT_TIMEOUT_MS = 30_000
 
 
 def resolve_dsn(explicit: str | None = None) -> str:
-    """`--dsn`, else `$FLEETQ_DSN`, else the embedded server (started on first use)."""
+    """`--dsn`, else `$FLEETQ_DSN`, else the embedded server (started on first use). A
+    DSN given by a person is checked first: a malformed one is a `ConfigError` saying
+    what is wrong, not a driver's traceback later."""
     if explicit:
-        return explicit
+        return check_dsn(explicit, "--dsn")
     if env := os.environ.get("FLEETQ_DSN"):
-        return env
+        return check_dsn(env, "FLEETQ_DSN")
     from fleetq.core.embedded import EmbeddedServer  # only when no server was named
 
     dsn = EmbeddedServer().ensure_running().dsn
     assert dsn is not None  # ensure_running raises when it cannot provide one
+    return dsn
+
+
+def check_dsn(dsn: str, where: str = "the DSN") -> str:
+    """`dsn` if libpq and asyncpg can both read it; else a ConfigError naming the fault
+    (an unknown option, a port that is not a number), never echoing a password."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    if "://" in dsn:
+        # a URI: its query may carry session settings (?lock_timeout=2000) that libpq
+        # does not know but asyncpg passes on, so only its shape and ports are checked
+        parts = urlsplit(dsn)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ConfigError(f"{where}: a URI starts postgresql:// (got {parts.scheme}://)")
+        hosts = parts.netloc.rpartition("@")[2]
+        ports = [h.rpartition("]")[2].rpartition(":")[2] for h in hosts.split(",") if ":" in h]
+        ports += parse_qs(parts.query).get("port", [""])[0].split(",")
+    else:
+        try:
+            params = conninfo_to_dict(dsn)
+        except psycopg.Error as exc:
+            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConfigError(f"{where} is not a valid PostgreSQL DSN: {first_line}") from None
+        ports = str(params.get("port") or "").split(",")
+    for port in ports:
+        if port and not port.isdigit():
+            raise ConfigError(f"{where}: port {port!r} is not a number")
     return dsn
 
 

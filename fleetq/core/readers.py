@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fleetq.core import queries, validation
 from fleetq.core.driver import Driver
-from fleetq.core.errors import NotFound
+from fleetq.core.errors import NotAllowed, NotFound
 from fleetq.core.models import Event, Job, JobId, JobState, Result, ResultAnswer
 
 
@@ -55,6 +55,15 @@ async def result(
     verdict, because the newest request is what the caller is waiting for; otherwise
     the recorded verdict (passed, failed, refused, cancelled); 'none' if never asked."""
     commit = validation.commit_sha(commit)
+    known = await driver.fetch(queries.sql("jobs_known_operations"), project)
+    if not known:
+        raise NotAllowed(f"unknown project {project!r} (`fleetq apply` registers projects)")
+    operations = list(known[0]["operations"])
+    if operation is not None and operation not in operations:
+        raise NotAllowed(
+            f"project {project!r} has no operation {operation!r} "
+            f"(it has: {', '.join(operations) or 'none'})"
+        )
     job_rows = await driver.fetch(queries.sql("jobs_for_commit"), project, commit, operation)
     verdicts = {
         r.operation: r

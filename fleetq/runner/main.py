@@ -104,11 +104,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, checked beyond what argparse does itself."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    lanes = [lane for lane, _ in args.lane]
+    if repeated := sorted({lane for lane in lanes if lanes.count(lane) > 1}):
+        parser.error(f"--lane names {', '.join(repeated)} more than once (give each lane once)")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the runner until SIGTERM/SIGINT (twice: stop running jobs at once)."""
     # first, before anything secret is read: a job of this uid cannot read our /proc files
     orphans.make_undumpable()
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -21,9 +21,10 @@ import os
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -63,6 +64,10 @@ from fleetq.runner.journal import Entry, Journal
 from fleetq.runner.keeping import LeaseKeeping
 from fleetq.runner.reporter import Reporter
 from fleetq.runner.staging import Staging
+
+# how long shutdown waits for the claim loops to see it (a claim has a 30 s client
+# timeout; a loop stuck longer is cancelled)
+CLAIMERS_STOP_S = 10.0
 
 # Runner sessions never hold a transaction or a lock for long (DESIGN: every call has a
 # client timeout too, in the driver). Settings named in the DSN's query
@@ -301,8 +306,16 @@ class RunnerService(Claiming, LeaseKeeping, Control):
     async def _shutdown(self, reporter_stop: asyncio.Event) -> None:
         await self.shutdown_requested.wait()
         # A claim in flight may still commit: let the claim loops finish first, so every
-        # job this runner holds is either run to its end or handed back below.
-        await asyncio.wait(self.claimers)
+        # job this runner holds is either run to its end or handed back below. Bounded:
+        # a claim stuck on a broken connection must not keep the runner from stopping
+        # (what it took is found below as held but not running here, and handed back).
+        _, stuck = await asyncio.wait(self.claimers, timeout=CLAIMERS_STOP_S)
+        if stuck:
+            log.warning("claim loop(s) did not stop in %.0fs; cancelling them", CLAIMERS_STOP_S)
+            dump_tasks(stuck)
+            for task in stuck:
+                task.cancel()
+            await asyncio.wait(stuck)
         log.info("shutting down: no new claims; %d running", len(self.tasks))
         grace = 0.0 if self.immediate else self.config.grace_s
         if self.tasks and grace:
@@ -542,13 +555,24 @@ def install_signals(service: RunnerService, add: Callable[[int, Callable[[], Non
     faulthandler.register(signal.SIGUSR2, all_threads=True)
 
 
-def dump_tasks() -> None:
-    """Log each asyncio task and the await it is suspended in."""
-    import io
+def dump_tasks(tasks: Iterable[asyncio.Task[Any]] | None = None) -> None:
+    """Log each asyncio task (all of them by default) with the whole chain of awaits it
+    is suspended in (a task's own stack shows only its outermost coroutine)."""
+    chosen = list(asyncio.all_tasks() if tasks is None else tasks)
+    log.warning("%d task(s):", len(chosen))
+    for task in sorted(chosen, key=lambda t: t.get_name()):
+        log.warning("task %s waits in:\n  %s", task.get_name(), "\n  ".join(_awaits(task)))
 
-    tasks = asyncio.all_tasks()
-    log.warning("SIGUSR1: %d task(s)", len(tasks))
-    for task in sorted(tasks, key=lambda t: t.get_name()):
-        out = io.StringIO()
-        task.print_stack(limit=12, file=out)
-        log.warning("task %s:\n%s", task.get_name(), out.getvalue().rstrip())
+
+def _awaits(task: asyncio.Task[Any]) -> list[str]:
+    found: list[str] = []
+    step: Any = task.get_coro()
+    while step is not None and len(found) < 40:
+        frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            found.append(f"{code.co_filename}:{frame.f_lineno} {code.co_qualname}")
+        elif not hasattr(step, "cr_await"):
+            found.append(repr(step)[:200])  # a future, a wrapper: where the chain ends
+        step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None)
+    return found

@@ -56,9 +56,9 @@ def test_submit_twice_with_a_key_and_read_back(cli: Invoke) -> None:
         (["--commit", SHA, "--payload", "[1]"], "payload must be a JSON object"),
     ],
 )
-def test_submit_refuses_bad_input_with_exit_1(cli: Invoke, args: list[str], message: str) -> None:
+def test_submit_refuses_bad_input_with_exit_64(cli: Invoke, args: list[str], message: str) -> None:
     code, _, err = cli("submit", "tools", "lint", *args)
-    assert code == 1 and message in err and err.startswith("fleetq: error:")
+    assert code == 64 and message in err and err.startswith("fleetq: error:")
 
 
 def test_result_exit_codes_follow_the_verdict(cli: Invoke, sync_conn: SyncConnection) -> None:
@@ -101,11 +101,11 @@ def test_cancel_drain_and_explain(cli: Invoke, sync_conn: SyncConnection) -> Non
 def test_unknown_job_and_runner_are_clear_errors(cli: Invoke) -> None:
     assert cli("explain", "99")[2].strip() == "fleetq: error: no job 99"
     code, _, err = cli("pause", "no/such")
-    assert code == 1 and "unknown runner no/such" in err
+    assert code == 65 and "unknown runner no/such" in err
 
 
 def test_queue_commands_refuse_an_unmigrated_database(
     empty_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["--dsn", empty_dsn, "jobs"]) == 1
+    assert main(["--dsn", empty_dsn, "jobs"]) == 78
     assert "run `fleetq migrate`" in capsys.readouterr().err

@@ -142,7 +142,7 @@ def test_a_database_failure_midway_writes_nothing(db_dsn: str, tmp_path: Path) -
         assert _counts(conn) == {"lanes": 0, "projects": 0, "operations": 0, "identities": 0}
 
 
-def test_cli_apply_reports_errors_and_exits_1(db_dsn: str, tmp_path: Path) -> None:
+def test_cli_apply_reports_errors_and_exits_78(db_dsn: str, tmp_path: Path) -> None:
     path = _write(tmp_path, GOOD.replace('lane = "checks"', 'lane = "nope"'))
     run = subprocess.run(
         [sys.executable, "-m", "fleetq", "--dsn", db_dsn, "apply", str(path)],
@@ -151,7 +151,7 @@ def test_cli_apply_reports_errors_and_exits_1(db_dsn: str, tmp_path: Path) -> No
         timeout=60,
         check=False,
     )
-    assert run.returncode == 1
+    assert run.returncode == 78
     assert "fleetq: error:" in run.stderr and "unknown lane 'nope'" in run.stderr
     ok = subprocess.run(
         [sys.executable, "-m", "fleetq", "--dsn", db_dsn, "apply", str(EXAMPLE)],
@@ -172,7 +172,7 @@ def test_cli_apply_refuses_an_unmigrated_database(empty_dsn: str) -> None:
         timeout=60,
         check=False,
     )
-    assert run.returncode == 1
+    assert run.returncode == 78
     assert "run `fleetq migrate`" in run.stderr
 
 

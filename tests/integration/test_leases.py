@@ -13,7 +13,7 @@ from fleetq.core import fleet as fleet_api
 from fleetq.core import leasing, producer, readers
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
-from fleetq.core.errors import InvalidInput, NotFound, StaleLease
+from fleetq.core.errors import InvalidInput, NotAllowed, NotFound, StaleLease
 from fleetq.core.models import (
     Claim,
     FencingToken,
@@ -465,8 +465,9 @@ async def test_result_reader_says_live_then_verdict(driver: Driver) -> None:
     await leasing.complete(driver, runner=runner, outcome=_outcome(claim, Outcome.FAILED, 2))
     (done,) = await readers.result(driver, project="tools", commit=SHA)
     assert (done.status, done.exit_code) == ("failed", 2)
-    (none,) = await readers.result(driver, project="tools", commit=SHA, operation="other")
-    assert none.status == "none"
+    # an operation the project does not have can never be answered: not "none" (not yet)
+    with pytest.raises(NotAllowed, match="has no operation 'other'"):
+        await readers.result(driver, project="tools", commit=SHA, operation="other")
 
 
 async def test_refused_outcome(driver: Driver) -> None:

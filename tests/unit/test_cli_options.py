@@ -43,7 +43,7 @@ def test_json_before_a_command_without_json_output_is_an_error(
 ) -> None:
     with pytest.raises(SystemExit) as exit_:
         parse(["--json", "demo"])
-    assert exit_.value.code == 2
+    assert exit_.value.code == 64
     assert "`fleetq demo` has no --json output" in capsys.readouterr().err
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from fleetq.core.errors import ConfigError
 from fleetq.runner.config import load
-from fleetq.runner.main import build_parser
+from fleetq.runner.main import build_parser, parse
 
 
 def test_flags_win_over_the_file(tmp_path: Path) -> None:
@@ -38,3 +38,11 @@ def test_lane_flag_wants_lane_equals_slots(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--node", "n", "--lane", "checks"])
     assert "--lane wants LANE=SLOTS" in capsys.readouterr().err
+
+
+def test_a_lane_given_twice_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--lane tests=1 --lane tests=2` silently took the last (issue 14)."""
+    with pytest.raises(SystemExit) as exit_:
+        parse(["--node", "n", "--lane", "tests=1", "--lane", "tests=2"])
+    assert exit_.value.code == 2
+    assert "--lane names tests more than once" in capsys.readouterr().err

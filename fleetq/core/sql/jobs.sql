@@ -36,6 +36,15 @@ WHERE j.project = $1::text AND j.commit_sha = $2::text
   AND ($3::text IS NULL OR j.operation = $3::text)
 ORDER BY j.id DESC;
 
+-- name: jobs_known_operations
+-- Whether a project is registered, and its operations (to refuse a question about an
+-- unknown one rather than answer "not yet" for ever). $1 project
+SELECT p.name AS project,
+       ARRAY(SELECT o.name FROM fleetq.operations o WHERE o.project = p.name ORDER BY o.name)
+           AS operations
+FROM fleetq.projects p
+WHERE p.name = $1::text;
+
 -- name: jobs_results_for_commit
 -- Recorded verdicts for (project, commit). $1 project, $2 commit, $3 operation (NULL: all)
 SELECT *

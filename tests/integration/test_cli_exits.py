@@ -1,0 +1,159 @@
+"""Exit codes a CI gate can trust, and errors a person can read (issue 14). Each case was
+wrong before: an unknown project answered 2 ("not yet": a gate waited for ever), a short
+SHA 1 (the same as "failed"), `cancel 376 999999` hid that 376 was cancelled, and a
+missing payload file, a deep JSON payload, a huge job id or a malformed DSN ended in a
+traceback or a raw database error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from fleetq.cli.main import main as fleetq
+from fleetq.core import fleet as fleet_api
+from fleetq.core import leasing, producer
+from fleetq.core.db import SyncConnection
+from fleetq.core.driver import Driver
+from fleetq.core.models import Outcome, OutcomeReport, RunnerId, RunnerState
+from tests import fleet
+from tests.fleet import SHA
+
+Run = tuple[int, str, str]
+Cli = Callable[..., Run]  # fleetq ARGS... -> (exit status, stdout, stderr)
+
+
+@pytest.fixture
+def cli(db_dsn: str, sync_conn: SyncConnection, capsys: pytest.CaptureFixture[str]) -> Cli:
+    fleet.operations(sync_conn)
+
+    def command(argv: list[str]) -> int:
+        try:
+            return fleetq(["--dsn", db_dsn, *argv])
+        except SystemExit as exc:  # argparse's usage errors
+            return int(exc.code or 0)
+
+    def run(*argv: str) -> Run:
+        # a thread of its own: the CLI runs its own event loop, and async tests have one
+        with ThreadPoolExecutor(1) as pool:
+            code = pool.submit(command, list(argv)).result()
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+async def test_result_says_passed_failed_not_yet_and_never(cli: Cli, driver: Driver) -> None:
+    run = cli
+    assert run("result", "nosuch", SHA)[0] == 65  # an unknown project: never answered
+    assert run("result", "tools", SHA, "--operation", "nosuch")[0] == 65
+    code, _, err = run("result", "tools", SHA[:7])
+    assert code == 64 and "40-character" in err  # a short SHA is a malformed request
+    assert run("result", "tools", SHA)[0] == 2  # never asked: not yet
+    await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="a")
+    assert run("result", "tools", SHA)[0] == 2  # queued: not yet
+    runner = await fleet.runner(driver)
+    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
+    report = OutcomeReport(
+        job_id=claim.job_id, lease_version=claim.lease_version, outcome=Outcome.FAILED
+    )
+    await leasing.complete(driver, runner=runner, outcome=report)
+    assert run("result", "tools", SHA)[0] == 1  # failed
+
+
+async def test_cancel_reports_each_id(cli: Cli, driver: Driver) -> None:
+    run = cli
+    job = await producer.submit(
+        driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
+    )
+    code, out, err = run("cancel", str(job.job_id), "999999")
+    assert code == 65
+    assert f"job {job.job_id} cancelled" in out and "job 999999: no such job" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["cancel", "99999999999999999999"], "is not a job id"),
+        (["explain", "0"], "is not a job id"),
+        (["jobs", "--limit", "-1"], "must be at least 1"),
+        (["events", "--limit", "x"], "is not a whole number"),
+        (["no-such-command"], "invalid choice"),
+    ],
+)
+def test_usage_errors_exit_64(cli: Cli, argv: list[str], message: str) -> None:
+    run = cli
+    code, _, err = run(*argv)
+    assert code == 64 and message in err and "Traceback" not in err, err
+
+
+def test_payload_files_that_cannot_be_read_say_why(cli: Cli, tmp_path: Path) -> None:
+    run = cli
+    (tmp_path / "latin1.json").write_bytes(b'{"name": "\xe9"}')
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    for name, message in (
+        ("missing.json", "no such file"),
+        (".", "is a directory"),
+        ("latin1.json", "not UTF-8 text"),
+        ("deep.json", "nests too deeply"),
+    ):
+        code, _, err = run(
+            "submit", "tools", "lint", "--commit", SHA, "--payload-file", str(tmp_path / name)
+        )
+        assert code == 64 and message in err and "Traceback" not in err, (name, err)
+
+
+def test_a_malformed_dsn_is_a_configuration_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = fleetq(["--dsn", "postgresql://u:hunter2@localhost:notaport/x", "jobs"])
+    err = capsys.readouterr().err
+    assert code == 78 and "port 'notaport' is not a number" in err and "hunter2" not in err
+
+
+async def test_untrusted_text_is_shown_escaped(cli: Cli, driver: Driver, tmp_path: Path) -> None:
+    """A drain reason with ESC sequences was echoed raw by `fleetq runners`; config
+    errors echoed raw ESC/BEL from names."""
+    run = cli
+    runner = await fleet.runner(driver)
+    await fleet_api.set_state(
+        driver,
+        runner=RunnerId(runner),
+        state=RunnerState.DRAINING,
+        reason="\x1b]0;owned\x07\x1b[2Jgone",
+        actor="ops",
+    )
+    code, out, _ = run("runners")
+    assert code == 0 and "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;owned\\x07\\x1b[2Jgone" in out, out
+    bad = tmp_path / "fleet.toml"
+    bad.write_text('[lanes."ch\\u001b[31mecks\\u0007"]\n')
+    code, _, err = run("apply", str(bad))
+    assert code == 78 and "\x1b" not in err and "\x07" not in err and "\\x1b" in err, err
+
+
+def test_interrupted_submit_says_what_may_have_happened(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during submit printed a KeyboardInterrupt traceback; now it says whether
+    the job may have been queued and how to find out."""
+    run = cli
+
+    async def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(producer, "submit", interrupted)
+    code, _, err = run("submit", "tools", "lint", "--commit", SHA, "--key", "k1")
+    assert code == 130 and "may or may not have been queued" in err and "--key k1" in err, err
+    assert "Traceback" not in err
+
+
+def test_an_unexpected_error_is_one_line_exit_70(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = cli
+
+    async def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("something fleetq did not expect")
+
+    monkeypatch.setattr(producer, "submit", broken)
+    code, _, err = run("submit", "tools", "lint", "--commit", SHA)
+    assert code == 70 and "internal error: RuntimeError" in err and "Traceback" not in err
