@@ -24,6 +24,7 @@ from fleetq.cli.output import emit_json, table
 from fleetq.core import eligibility, leasing, producer, readers
 from fleetq.core.errors import InvalidInput, NotFound
 from fleetq.core.models import CancelResult, JobId, JobState
+from fleetq.core.text import escape
 
 
 def register(commands: Commands) -> None:
@@ -182,7 +183,8 @@ def _result(commands: Commands) -> None:
         "(passed, failed, refused, cancelled). Exit status: 0 all passed; 1 any failed, "
         "refused or cancelled; 2 not decided yet (still queued or running, or never asked); "
         "64 a malformed request (a short SHA); 65 an unknown project or operation, which "
-        "can never be answered; 69 the database is out of reach.",
+        "can never be answered; 69 the database is out of reach. With -v, the end of each "
+        "verdict's output too (fleetq logs JOB shows all of it).",
     )
     p.add_argument("project")
     p.add_argument("commit")
@@ -212,6 +214,11 @@ def _do_result(args: argparse.Namespace) -> int:
                 ],
             )
         )
+    if args.verbose and not args.json:
+        for a in answers:
+            if a.log_tail:
+                print(f"\n── {a.operation}: the end of its output (job {a.job_id}) ──")
+                print(escape(a.log_tail.rstrip("\n"), one_line=False))
     statuses = {a.status for a in answers}
     if not answers or statuses & {"live", "none"}:
         return Exit.NOT_YET

@@ -258,6 +258,7 @@ class ResultAnswer(_Row):
     exit_code: int | None = None
     reason: str | None = None
     recorded_at: datetime | None = None
+    log_tail: str = ""  # the end of the run's output, as recorded with the verdict
 
 
 class Registration(_Row):

@@ -92,6 +92,7 @@ async def result(
                     exit_code=verdict.exit_code,
                     reason=verdict.reason,
                     recorded_at=verdict.recorded_at,
+                    log_tail=verdict.log_tail,
                 )
             )
     if operation is not None and not answers:

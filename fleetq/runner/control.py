@@ -45,6 +45,9 @@ class Control(RunnerBase):
         try:
             with mapped_errors():
                 await identity.take(conn, self.runner, name)
+                await identity.end_predecessors(
+                    conn, self.runner, identity.pool_application_name(self.runner, self._token)
+                )
         except BaseException:
             await close_quietly(conn)
             raise

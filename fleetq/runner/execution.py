@@ -32,6 +32,7 @@ from fleetq.runner.context import JobContext
 from fleetq.runner.jobuser import JobUser
 from fleetq.runner.journal import Journal
 from fleetq.runner.loops import Backoff, persist, wait_or
+from fleetq.runner.output import Shipper
 from fleetq.runner.reporter import OutcomeNotRecorded, Reporter
 from fleetq.runner.staging import Staging, StagingFailed
 
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 
 # runs of a handler under one lease when its database connection is cut (see _run_handler)
 HANDLER_RUNS = 3
+# how long a run's last output may take to ship before its outcome is written anyway
+SHIP_FINAL_S = 5.0
 
 
 @dataclass
@@ -158,21 +161,33 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
         return
     kit.journal.launching(claim.job_id, claim.lease_version, str(ex.run_id), str(tree))
     status_file = kit.logs / f"{name}.status" if kit.adopt else None
-    finished = await executor.run_command(
-        op.command or "",
-        cwd=tree,
-        env=executor.job_environment(
-            {**_job_env(ex, kit), **(kit.job_user.environment() if kit.job_user else {})}
-        ),
-        timeout_s=op.timeout_s,
-        log_path=kit.logs / f"{name}.log",
-        on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms),
-        stop=ex.stop,
-        status_file=status_file,
-        stop_grace_s=lambda: ex.stop_grace_s,
-        user=kit.job_user,
-        limits=op.limits,
-    )
+    log_path = kit.logs / f"{name}.log"
+    ended = asyncio.Event()
+    shipping = asyncio.create_task(Shipper(kit.driver, kit.runner, claim, log_path).run(ended))
+    try:
+        finished = await executor.run_command(
+            op.command or "",
+            cwd=tree,
+            env=executor.job_environment(
+                {**_job_env(ex, kit), **(kit.job_user.environment() if kit.job_user else {})}
+            ),
+            timeout_s=op.timeout_s,
+            log_path=log_path,
+            on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms),
+            stop=ex.stop,
+            status_file=status_file,
+            stop_grace_s=lambda: ex.stop_grace_s,
+            user=kit.job_user,
+            limits=op.limits,
+        )
+    finally:
+        # what is left is shipped before the outcome (so `fleetq logs` ends with it),
+        # but never holds the outcome up for long
+        ended.set()
+        try:
+            await asyncio.wait_for(shipping, SHIP_FINAL_S)
+        except TimeoutError:
+            log.warning("output of job=%d: the rest stays in %s", claim.job_id, log_path)
     await _record(ex, kit, finished, prepare_ms=prepare_ms)
     if finished.outcome is not None:
         kit.journal.ended(claim.job_id, claim.lease_version)

@@ -14,6 +14,7 @@ and ended; any other holder is a second process.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import uuid
@@ -39,6 +40,37 @@ def application_name(token: str | None = None) -> str:
 
 def new_token() -> str:
     return uuid.uuid4().hex[:12]
+
+
+def pool_application_name(runner: str, token: str) -> str:
+    """The name of the runner's pooled sessions: its id (hashed: application_name holds
+    63 bytes) and this process's token, so a later process of the same runner can tell
+    what an earlier one left behind."""
+    return f"fleetq-runner {_runner_hash(runner)} {token}"
+
+
+def _runner_hash(runner: str) -> str:
+    return hashlib.sha256(runner.encode()).hexdigest()[:12]
+
+
+async def end_predecessors(conn: asyncpg.Connection, runner: str, own_pool: str) -> int:
+    """End the pooled sessions an earlier process of this runner left on the server.
+
+    Called once this process holds the runner id (so no other live process serves it).
+    A process killed mid-transaction can leave its backend behind, still holding row
+    locks (the server notices a vanished client only when it next writes to it, or after
+    TCP keepalive): a restarted runner's collection pass then waited on its own
+    predecessor's lock. Returns how many sessions were ended."""
+    rows = await conn.fetch(
+        queries.sql("runners_end_predecessors"), f"fleetq-runner {_runner_hash(runner)} %", own_pool
+    )
+    if rows:
+        log.warning(
+            "ended %d database session(s) an earlier process of this runner left (pids %s)",
+            len(rows),
+            ", ".join(str(r["pid"]) for r in rows),
+        )
+    return len(rows)
 
 
 async def take(conn: asyncpg.Connection, runner: str, own_application: str) -> None:

@@ -146,7 +146,10 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             max_size=4 + len(self.config.lanes),
             init=prepare_asyncpg,
             reset=_keep_session,
-            server_settings=self.session_settings,
+            server_settings={
+                **self.session_settings,
+                "application_name": identity.pool_application_name(self.runner, self._token),
+            },
             timeout=10,  # to connect
         )
         self.driver = AsyncpgDriver(pool)

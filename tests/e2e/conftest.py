@@ -118,6 +118,12 @@ command = "python3 -c 'while True: pass'"
 timeout_seconds = 60
 [projects.repo.operations.spin.limits]
 cpu_seconds = 1
+[projects.repo.operations.chatty]
+lane = "checks"
+command = "true"
+[projects.repo.operations.bulky]
+lane = "checks"
+command = "python3 -c 'print(300000 * chr(120))'"
 [projects.repo.operations.oserror]
 lane = "control"
 handler = "tests.handlers:own_oserror"

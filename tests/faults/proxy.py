@@ -152,22 +152,28 @@ class FaultProxy:
         *,
         from_server: bool,
     ) -> None:
-        while data := await reader.read(_CHUNK):
-            await self._open.wait()  # a partition holds the bytes: silence, not an error
-            if writer.is_closing():
-                return
-            if self.latency_s:
-                await asyncio.sleep(self.latency_s)
-            odds = self.drop + (self.lose_replies if from_server else 0.0)
-            if odds and self._random.random() < odds:
-                self._resets += 1
-                for end in pair:
-                    _reset(end)
-                return
-            writer.write(data)
-            await writer.drain()
-        with contextlib.suppress(Exception):
-            writer.close()
+        """Forward until either end closes or resets; then close the other end too (a
+        process killed on a live host closes its socket, and the server hears of it: a
+        reset on one side that left the other open kept a dead runner's backend alive,
+        holding its row locks)."""
+        try:
+            while data := await reader.read(_CHUNK):
+                await self._open.wait()  # a partition holds the bytes: silence, not an error
+                if writer.is_closing():
+                    return
+                if self.latency_s:
+                    await asyncio.sleep(self.latency_s)
+                odds = self.drop + (self.lose_replies if from_server else 0.0)
+                if odds and self._random.random() < odds:
+                    self._resets += 1
+                    for end in pair:
+                        _reset(end)
+                    return
+                writer.write(data)
+                await writer.drain()
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:

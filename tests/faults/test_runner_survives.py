@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+import psycopg
 import pytest
 
 from fleetq.cli.main import main as fleetq
@@ -19,6 +20,7 @@ from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
 from fleetq.core.embedded import EmbeddedServer
 from fleetq.core.models import RunnerId
+from fleetq.runner import identity
 from fleetq.runner.execution import HANDLER_RUNS
 from tests.e2e.conftest import Repo, StartRunner, job_state, wait_until
 from tests.e2e.test_faults import _fleet, _runner
@@ -338,3 +340,36 @@ async def _registered(driver: Driver) -> RunnerId:
     from tests import fleet
 
     return await fleet.runner(driver, "fencer", node="node-f", lanes={"checks": 1})
+
+
+def test_a_restarted_runner_ends_the_sessions_its_dead_predecessor_left(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    """A runner killed on a host that died leaves its backend behind, holding row locks
+    until TCP keepalive notices (hours). Its restart's collection pass waited on that
+    lock (lock_timeout, again and again) and never served. Its pooled sessions now carry
+    the runner's mark, and a process that takes the runner id ends what an earlier one
+    left."""
+    first = start_runner()
+    with connect(fleet_dsn, autocommit=True) as conn:
+        job = _submit(conn, "forever", repo.head)
+        wait_until(lambda: job_state(conn, job) == "claimed", what="the job to be claimed")
+        first.proc.kill()
+        first.proc.wait()
+        # what the dead host's backend still holds: the job's row, in an open transaction
+        left = psycopg.connect(
+            fleet_dsn,
+            application_name=identity.pool_application_name("node-a/r", "0123456789ab"),
+        )
+        left.execute("SELECT 1 FROM fleetq.jobs WHERE id = %s FOR UPDATE", [job])
+        try:
+            start_runner()
+            wait_until(
+                lambda: _one(conn, "SELECT lost_count FROM fleetq.jobs WHERE id = $1", job) == 1,
+                what="the restarted runner to settle the job its predecessor held",
+                deadline_s=20,
+            )
+            with pytest.raises(psycopg.OperationalError):
+                left.execute("SELECT 1")
+        finally:
+            left.close()

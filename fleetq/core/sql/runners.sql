@@ -48,3 +48,12 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
 -- End a session this very process left behind on the server (a partition outlived
 -- by its backend), so that it gives the runner id's lock up. $1 backend pid
 SELECT pg_terminate_backend($1::integer) AS ended;
+
+-- name: runners_end_predecessors
+-- End the pooled sessions an earlier process of this runner left behind (their
+-- application_name carries the runner's hash and that process's token).
+-- $1 LIKE pattern for this runner's pooled sessions, $2 this process's own name
+SELECT pid, pg_terminate_backend(pid) AS ended
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND application_name LIKE $1::text AND application_name <> $2::text;

@@ -1,0 +1,88 @@
+"""`fleetq logs JOB [--follow] [--token N]`: a job's output from the database, from any
+machine; with --follow, new output as it arrives (woken by NOTIFY) until the job ends."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fleetq.cli.common import Commands, job_id_arg
+from fleetq.core import migrate, queries
+from fleetq.core.db import SyncConnection, connect, resolve_dsn
+from fleetq.core.errors import NotFound
+from fleetq.core.models import JobState
+from fleetq.core.text import escape
+
+FOLLOW_POLL_S = 1.0  # a NOTIFY wakes a follower at once; this bounds a missed one
+
+
+def register(commands: Commands) -> None:
+    """Add `logs`."""
+    p = commands.add_parser(
+        "logs",
+        help="a job's output, from any machine (--follow: as it runs)",
+        description="A command job's output as its runner shipped it to the database (every "
+        "half second while it runs, the rest before its outcome). Runs under several tokens "
+        "are shown in order, each under a header on stderr. Only the newest output_keep_kib "
+        "(a setting, default 1024) of each run are kept. Control characters are shown "
+        "escaped (\\x1b...), never sent to your terminal raw.",
+    )
+    p.add_argument("job_id", type=job_id_arg, metavar="JOB")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    p.add_argument("--token", type=job_id_arg, metavar="N", help="only the run under token N")
+    p.set_defaults(func=_do_logs)
+
+
+def _do_logs(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn), autocommit=True) as conn:
+        migrate.require_current(conn)
+        if _state(conn, args.job_id) is None:
+            raise NotFound(f"no job {args.job_id}")
+        if args.follow:
+            conn.execute(b"LISTEN fleetq_output")
+        printer = _Printer()
+        while True:
+            printer.show(_read(conn, args.job_id, args.token, printer.after))
+            if not args.follow:
+                return 0
+            state = _state(conn, args.job_id)
+            if state is not None and state.terminal:
+                # its output was shipped before its outcome: one more read has all of it
+                printer.show(_read(conn, args.job_id, args.token, printer.after))
+                return 0
+            for _ in conn.notifies(timeout=FOLLOW_POLL_S, stop_after=1):
+                pass
+
+
+class _Printer:
+    def __init__(self) -> None:
+        self.after = (0, -1)
+
+    def show(self, rows: list[tuple[int, int, bytes]]) -> None:
+        for token, seq, data in rows:
+            if token != self.after[0]:
+                print(f"── run under token {token} ──", file=sys.stderr, flush=True)
+                if seq > 0:
+                    print(
+                        "── earlier output dropped (only the newest output_keep_kib are kept) ──",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            text = data.decode("utf-8", errors="replace").replace("\r\n", "\n")
+            sys.stdout.write(escape(text, one_line=False))
+            sys.stdout.flush()
+            self.after = (token, seq)
+
+
+def _read(
+    conn: SyncConnection, job: int, token: int | None, after: tuple[int, int]
+) -> list[tuple[int, int, bytes]]:
+    rows = conn.execute(
+        queries.sql("output_read").encode(), [job, token, after[0], after[1]]
+    ).fetchall()
+    return [(int(r[0]), int(r[1]), bytes(r[3])) for r in rows]
+
+
+def _state(conn: SyncConnection, job: int) -> JobState | None:
+    row = conn.execute(queries.sql("output_job_state").encode(), [job]).fetchone()
+    return None if row is None else JobState(row[0])

@@ -1,0 +1,18 @@
+-- Job output shipped by runners (migration 0008).
+
+-- name: output_append
+-- $1 runner, $2 job, $3 token, $4 chunk number, $5 bytes
+SELECT fleetq.append_output($1::text, $2::bigint, $3::bigint, $4::integer, $5::bytea);
+
+-- name: output_read
+-- A job's output chunks after (token, seq), oldest first; $2 NULL: every token.
+-- $1 job, $2 token, $3 after token, $4 after seq
+SELECT lease_version, seq, at, data
+FROM fleetq.job_output
+WHERE job_id = $1::bigint AND ($2::bigint IS NULL OR lease_version = $2::bigint)
+  AND (lease_version, seq) > ($3::bigint, $4::integer)
+ORDER BY lease_version, seq;
+
+-- name: output_job_state
+-- Whether the job exists and is finished (followers stop then). $1 job
+SELECT state, lease_version FROM fleetq.jobs WHERE id = $1::bigint;
