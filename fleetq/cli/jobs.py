@@ -22,7 +22,7 @@ from fleetq.cli.common import (
 from fleetq.cli.exits import Exit
 from fleetq.cli.output import emit_json, table
 from fleetq.core import eligibility, leasing, producer, readers
-from fleetq.core.errors import InvalidInput, NotFound
+from fleetq.core.errors import FleetqError, InvalidInput, NotFound
 from fleetq.core.models import CancelResult, JobId, JobState
 from fleetq.core.text import escape
 
@@ -121,7 +121,26 @@ def _do_submit(args: argparse.Namespace) -> int:
             f"job {answer.job_id} already exists for key {args.key!r} (state {answer.state}); "
             "nothing new was queued"
         )
+    if answer.created:
+        _warn_if_nobody_can(args, answer.job_id)
     return 0
+
+
+def _warn_if_nobody_can(args: argparse.Namespace, job: JobId) -> None:
+    """Say at once when no registered runner could ever run the job (a capability
+    nobody has, more memory than any runner has): it would wait with no sign why. (With
+    no runner registered yet, or a login that may not read runners, nothing is said.)"""
+    try:
+        explained = run(args, lambda d: eligibility.explain(d, job))
+    except FleetqError:
+        return
+    if explained.never and explained.runners:
+        print(
+            f"warning: no registered runner could ever run job {job} "
+            f"({explained.summary()}); it waits until one that can registers "
+            f"(fleetq explain {job})",
+            file=sys.stderr,
+        )
 
 
 def _cancel(commands: Commands) -> None:
@@ -301,15 +320,18 @@ def _explain(commands: Commands) -> None:
 
 
 def _do_explain(args: argparse.Namespace) -> int:
-    async def work(d: Any) -> eligibility.Explanation:
-        await readers.job(d, JobId(args.job_id))  # NotFound for a job that does not exist
-        return await eligibility.explain(d, JobId(args.job_id))
+    async def work(d: Any) -> tuple[JobState, eligibility.Explanation]:
+        job = await readers.job(d, JobId(args.job_id))  # NotFound for no such job
+        return job.state, await eligibility.explain(d, JobId(args.job_id))
 
-    explained = run(args, work)
+    state, explained = run(args, work)
     if args.json:
         emit_json(
             {
                 "job_id": explained.job_id,
+                "state": state.value,
+                "finished": state.terminal,
+                "never": explained.never,
                 "summary": explained.summary(),
                 "runners": [
                     {
@@ -323,7 +345,12 @@ def _do_explain(args: argparse.Namespace) -> int:
             }
         )
         return 0
+    if state.terminal:
+        print(f"job {args.job_id} is finished ({state}): no runner will take it again; as for")
+        print("a job like it now:")
     print(explained.summary())
+    if explained.never and explained.runners:
+        print("no registered runner could ever run it: it waits until one that can registers")
     if explained.runners:
         print(
             table(["runner", "verdict"], [[v.runner_id, v.describe()] for v in explained.runners])

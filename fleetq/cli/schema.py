@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from fleetq.cli.output import emit_json, table
-from fleetq.core import config, migrate
+from fleetq.core import config, configview, migrate
 from fleetq.core.db import connect, resolve_dsn, wrap_errors
+from fleetq.core.text import escape
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,9 +31,30 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "See examples/fleet.toml.",
     )
     a.add_argument("file", type=Path, metavar="FILE.toml")
-    a.add_argument("--check", action="store_true", help="validate only; write nothing")
+    a.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the file and check it against the database (unknown lanes), and say "
+        "what applying would change; write nothing",
+    )
     a.add_argument("--json", action="store_true", help="machine-readable output")
     a.set_defaults(func=_apply)
+    c = commands.add_parser(
+        "config",
+        help="the fleet's configuration as the database has it: show, diff FILE",
+        description="`show` prints the configuration the database holds, as a file "
+        "`fleetq apply` takes back unchanged; `diff FILE` says what applying FILE would do: "
+        "+ new, ~ changed, ! reset to a default because the file leaves the field out, = "
+        "kept though the file does not name it (apply never removes).",
+    )
+    verbs = c.add_subparsers(dest="verb", required=True, metavar="VERB")
+    show = verbs.add_parser("show", help="the configuration, as a fleet file (or --json)")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.set_defaults(func=_config_show)
+    d = verbs.add_parser("diff", help="what applying FILE would change")
+    d.add_argument("file", type=Path, metavar="FILE.toml")
+    d.add_argument("--json", action="store_true", help="machine-readable output")
+    d.set_defaults(func=_config_diff)
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -59,11 +82,17 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _apply(args: argparse.Namespace) -> int:
     loaded = config.load(args.file)
-    if args.check:
-        print(f"{args.file}: valid")
-        return 0
     with connect(resolve_dsn(args.dsn)) as conn:
         migrate.require_current(conn)
+        changes = configview.diff(configview.current(conn), loaded)
+        if args.check:
+            config.check(conn, loaded, source=args.file)
+            print(f"{args.file}: valid; applying it would change:")
+            _print_changes(changes)
+            return 0
+        for c in changes:
+            if c.kind == configview.ChangeKind.RESET:
+                print(f"warning: {c.describe()}", file=sys.stderr)
         summary = config.apply(conn, loaded, source=args.file)
     if args.json:
         emit_json(summary)
@@ -72,3 +101,34 @@ def _apply(args: argparse.Namespace) -> int:
     print(f"{args.file}: applied; changed {changed}")
     print("fleet now has " + ", ".join(f"{n} {k}" for k, n in summary.totals.items()))
     return 0
+
+
+def _config_show(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        migrate.require_current(conn)
+        now = configview.current(conn)
+    if args.json:
+        emit_json(now)
+    else:
+        sys.stdout.write(configview.to_toml(now))
+    return 0
+
+
+def _config_diff(args: argparse.Namespace) -> int:
+    loaded = config.load(args.file)
+    with connect(resolve_dsn(args.dsn)) as conn:
+        migrate.require_current(conn)
+        changes = configview.diff(configview.current(conn), loaded)
+    if args.json:
+        emit_json(changes)
+    else:
+        _print_changes(changes)
+    return 0
+
+
+def _print_changes(changes: list[configview.Change]) -> None:
+    doing = [c for c in changes if c.kind != configview.ChangeKind.KEEP]
+    for c in changes:
+        print(escape(c.describe()))
+    if not doing:
+        print("(nothing would change)")

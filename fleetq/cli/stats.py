@@ -25,6 +25,7 @@ def register(commands: Commands) -> None:
     add_json(o)
     o.set_defaults(func=_do_overlaps)
     s = commands.add_parser("stats", help="queue wait, duplicate executions, recovery delay")
+    s.add_argument("--project", help="only this project's jobs")
     add_json(s)
     s.set_defaults(func=_do_stats)
 
@@ -63,7 +64,7 @@ def _end(o: stats.Overlap) -> str:
 
 
 def _do_stats(args: argparse.Namespace) -> int:
-    figures = run(args, stats.stats)
+    figures = run(args, lambda d: stats.stats(d, project=args.project))
     if args.json:
         emit_json(figures)
         return 0

@@ -202,6 +202,12 @@ def load(path: Path) -> FleetConfig:
     return _resolve_repositories(config, path.parent)
 
 
+def check(conn: SyncConnection, config: FleetConfig, *, source: Path) -> None:
+    """What `apply` checks against the database before writing (lanes an operation
+    names must exist or be declared in the file), without writing anything."""
+    _check_lanes(conn, config, source)
+
+
 def apply(conn: SyncConnection, config: FleetConfig, *, source: Path) -> ApplySummary:
     """Upsert the configuration in one transaction; nothing is written if any entry fails."""
     with conn.transaction():

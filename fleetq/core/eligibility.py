@@ -55,6 +55,19 @@ class RunnerVerdict(BaseModel):
         )
 
     @property
+    def could_ever(self) -> bool:
+        """Whether this runner, as registered, could run the job at all (when active,
+        online and with room): it serves the lane, has the capabilities, is the node
+        asked for and is big enough. Judged on every requirement, not only the rule's
+        first failing one (an offline runner may also lack a capability)."""
+        return (
+            self.slots is not None
+            and not self.missing_capabilities
+            and (self.requested_node is None or self.requested_node == self.node)
+            and not self.too_small
+        )
+
+    @property
     def group(self) -> str:
         """The reason as counted in the summary line."""
         if self.reason is None:
@@ -109,6 +122,11 @@ class Explanation(BaseModel):
     def eligible(self) -> list[str]:
         """Runners that could claim the job now."""
         return [r.runner_id for r in self.runners if r.eligible]
+
+    @property
+    def never(self) -> bool:
+        """No registered runner could ever run the job (it waits for one that can)."""
+        return not any(r.could_ever for r in self.runners)
 
     def counts(self) -> list[tuple[str, int]]:
         """Ineligible runners per reason group, most common first."""

@@ -67,22 +67,29 @@ class Stats(BaseModel):
 
 
 async def overlaps(
-    driver: Driver, *, open_only: bool = False, job_id: JobId | None = None
+    driver: Driver,
+    *,
+    open_only: bool = False,
+    job_id: JobId | None = None,
+    project: str | None = None,
 ) -> list[Overlap]:
-    """Overlap windows, oldest first (of one job when `job_id` is given)."""
-    rows = await driver.fetch(queries.sql("stats_overlaps"), open_only, job_id)
+    """Overlap windows, oldest first (of one job, or one project's jobs, when given)."""
+    rows = await driver.fetch(queries.sql("stats_overlaps"), open_only, job_id, project)
     return [Overlap.model_validate(row) for row in rows]
 
 
-async def stats(driver: Driver) -> Stats:
-    """The fleet's figures, in one read."""
-    found = await overlaps(driver)
-    states = {r["state"]: int(r["jobs"]) for r in await driver.fetch(queries.sql("stats_states"))}
+async def stats(driver: Driver, *, project: str | None = None) -> Stats:
+    """The fleet's figures (of one project's jobs, when given)."""
+    found = await overlaps(driver, project=project)
+    states = {
+        r["state"]: int(r["jobs"]) for r in await driver.fetch(queries.sql("stats_states"), project)
+    }
     waits = [
-        QueueWait.model_validate(r) for r in await driver.fetch(queries.sql("stats_queue_wait"))
+        QueueWait.model_validate(r)
+        for r in await driver.fetch(queries.sql("stats_queue_wait"), project)
     ]
-    (recovery,) = await driver.fetch(queries.sql("stats_recovery"))
-    (stale,) = await driver.fetch(queries.sql("stats_stale"))
+    (recovery,) = await driver.fetch(queries.sql("stats_recovery"), project)
+    (stale,) = await driver.fetch(queries.sql("stats_stale"), project)
     return Stats(
         states=states,
         queue_wait=waits,

@@ -390,7 +390,7 @@ def check(
             [row[0] for row in unended],
         )
         raise AssertionError(f"executions left with no recorded end: {unended}; {history}")
-    windows = conn.execute(queries.sql("stats_overlaps").encode(), [False, None]).fetchall()
+    windows = conn.execute(queries.sql("stats_overlaps").encode(), [False, None, None]).fetchall()
     # (job, tokens, runners, started_at, ended_at, ...): see stats_overlaps
     reported = max([(w[6] - w[5]).total_seconds() for w in windows], default=0.0)
     assert reported >= worst - 0.05, f"reported {reported:.3f}s, the jobs saw {worst:.3f}s"

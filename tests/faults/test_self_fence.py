@@ -76,7 +76,9 @@ def test_a_fenced_run_is_dead_before_another_runner_can_claim_it(
             b"WHERE a.job_id = $1 AND a.lease_version = 1",
             [job],
         ).fetchone() or (None, None)
-        reported = conn.execute(queries.sql("stats_overlaps").encode(), [False, job]).fetchall()
+        reported = conn.execute(
+            queries.sql("stats_overlaps").encode(), [False, job, None]
+        ).fetchall()
     assert "self-fencing" in cut_off.output()
     gap = second_start - died_at
     rule = FenceRule(LEASE_S)

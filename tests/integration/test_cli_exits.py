@@ -18,8 +18,10 @@ from fleetq.core import leasing, producer
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
 from fleetq.core.models import Outcome, OutcomeReport, RunnerId, RunnerState
-from tests import fleet
+from tests import factories, fleet
 from tests.fleet import SHA
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "fleet.toml"
 
 Run = tuple[int, str, str]
 Cli = Callable[..., Run]  # fleetq ARGS... -> (exit status, stdout, stderr)
@@ -157,3 +159,58 @@ def test_an_unexpected_error_is_one_line_exit_70(cli: Cli, monkeypatch: pytest.M
     monkeypatch.setattr(producer, "submit", broken)
     code, _, err = run("submit", "tools", "lint", "--commit", SHA)
     assert code == 70 and "internal error: RuntimeError" in err and "Traceback" not in err
+
+
+def test_submit_warns_when_no_runner_could_ever_run_the_job(
+    cli: Cli, sync_conn: SyncConnection
+) -> None:
+    """A job needing a capability nobody has waited with no sign why (issue 14); `explain`
+    says so too, and says when a job is finished."""
+    factories.runner(sync_conn, lanes={"checks": 2})  # no "browser" capability
+    code, out, err = cli("submit", "webapp", "browser", "--commit", SHA)
+    assert code == 0 and "queued" in out
+    assert "no registered runner could ever run job 1" in err and "missing capability" in err
+    code, out, err = cli("submit", "tools", "lint", "--commit", SHA)
+    assert code == 0 and "warning" not in err, err  # one a runner can run: no warning
+    code, out, _ = cli("explain", "1")
+    assert "could ever run it" in out
+    cli("cancel", "1")
+    code, out, _ = cli("explain", "1")
+    assert code == 0 and out.startswith("job 1 is finished (cancelled)")
+
+
+def test_config_show_gives_back_a_file_that_changes_nothing(cli: Cli, tmp_path: Path) -> None:
+    """`fleetq config show` (issue 14): the configuration as the database has it, as a
+    file `fleetq apply` takes back unchanged."""
+    assert cli("apply", str(EXAMPLE))[0] == 0
+    code, shown, _ = cli("config", "show")
+    assert code == 0 and "[projects.webapp.operations.unit.limits]" in shown
+    path = tmp_path / "shown.toml"
+    path.write_text(shown)
+    code, out, _ = cli("config", "diff", str(path))
+    assert (code, out.strip()) == (0, "(nothing would change)")
+    code, out, _ = cli("apply", str(path))
+    assert code == 0 and "changed nothing" in out, out
+
+
+def test_a_partial_file_says_what_it_resets_and_check_asks_the_database(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Applying a partial file wiped a lane's description silently, and `apply --check`
+    passed a lane the database does not have (then `apply` failed)."""
+    assert cli("apply", str(EXAMPLE))[0] == 0
+    partial = tmp_path / "partial.toml"
+    partial.write_text('[lanes.checks]\n[lanes.gpu]\ndescription = "GPUs"\n')
+    code, out, _ = cli("config", "diff", str(partial))
+    assert code == 0
+    assert "! lanes.checks.description: not in the file, so reset from" in out
+    assert "+ lanes.gpu (new)" in out and "= projects.webapp:" in out
+    code, _, err = cli("apply", str(partial))
+    assert code == 0 and "warning: ! lanes.checks.description" in err, err
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[projects.x]\nrepository = "/r"\n[projects.x.operations.o]\nlane = "nope"\n'
+        'command = "true"\n'
+    )
+    code, _, err = cli("apply", "--check", str(bad))
+    assert code == 78 and "unknown lane 'nope'" in err, err

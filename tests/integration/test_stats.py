@@ -66,3 +66,20 @@ async def test_overlap_windows(driver: Driver, sync_conn: SyncConnection) -> Non
     assert [o.job_id for o in await stats.overlaps(driver, job_id=JobId(closed))] == [closed]
     figures = await stats.stats(driver)
     assert (figures.duplicate_execution_incidents, figures.open_overlaps) == (3, 1)
+
+
+async def test_stats_for_one_project(driver: Driver, sync_conn: SyncConnection) -> None:
+    """`fleetq stats --project P` (issue 14): the same figures over one project's jobs."""
+    a = factories.runner(sync_conn, "n", "a")
+    b = factories.runner(sync_conn, "n", "b")
+    web = factories.job(sync_conn, state="succeeded")  # webapp
+    _execution(sync_conn, web, 1, a, "0 s", "30 s", confirmed=True)
+    _execution(sync_conn, web, 2, b, "20 s", "60 s", exit_code=0)
+    tools = factories.job(sync_conn, op=factories.operation(sync_conn, "tools", "lint"))
+    everything = await stats.stats(driver)
+    assert everything.duplicate_execution_incidents == 1 and sum(everything.states.values()) == 2
+    only_tools = await stats.stats(driver, project="tools")
+    assert only_tools.duplicate_execution_incidents == 0 and only_tools.states == {"queued": 1}
+    only_web = await stats.stats(driver, project="webapp")
+    assert only_web.duplicate_execution_incidents == 1 and only_web.states == {"succeeded": 1}
+    assert tools != web

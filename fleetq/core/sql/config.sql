@@ -71,3 +71,21 @@ UNION ALL SELECT 'identities', count(*) FROM fleetq.identities;
 SELECT project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s
 FROM fleetq.operations
 ORDER BY project, name;
+
+-- name: configview_settings
+SELECT name, value FROM fleetq.settings ORDER BY name;
+
+-- name: configview_lanes
+SELECT name, description FROM fleetq.lanes ORDER BY name;
+
+-- name: configview_identities
+SELECT name, role FROM fleetq.identities ORDER BY name;
+
+-- name: configview_projects
+SELECT name, repository, release_gate, description FROM fleetq.projects ORDER BY name;
+
+-- name: configview_operations
+SELECT project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s,
+       limits
+FROM fleetq.operations
+ORDER BY project, name;

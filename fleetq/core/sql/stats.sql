@@ -8,7 +8,7 @@
 -- the runner confirmed (process group gone); "measured" when that end was dated from
 -- the runner's own clock of the exit, else it is only an upper bound (the time the end
 -- was recorded), and so is the window's length.
--- $1 only windows still open, $2 one job (NULL: every job)
+-- $1 only windows still open, $2 one job (NULL: every job), $3 one project (NULL: all)
 SELECT a.job_id,
        a.lease_version AS older_token, b.lease_version AS newer_token,
        a.runner_id AS older_runner, b.runner_id AS newer_runner,
@@ -33,10 +33,13 @@ WHERE a.launched_at IS NOT NULL AND b.launched_at IS NOT NULL
   AND a.launched_at < coalesce(b.ended_at, 'infinity')
   AND (NOT $1::boolean OR (a.ended_at IS NULL AND b.ended_at IS NULL))
   AND ($2::bigint IS NULL OR a.job_id = $2::bigint)
+  AND ($3::text IS NULL
+       OR EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = a.job_id AND j.project = $3::text))
 ORDER BY started_at;
 
 -- name: stats_queue_wait
 -- Queue wait (created -> claimed) by project and priority class, in seconds.
+-- $1 one project (NULL: all)
 SELECT project, priority_class, count(*) AS jobs,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - created_at))
            AS p50_s,
@@ -44,12 +47,13 @@ SELECT project, priority_class, count(*) AS jobs,
            AS p95_s,
        max(extract(epoch FROM claimed_at - created_at)) AS max_s
 FROM fleetq.jobs
-WHERE claimed_at IS NOT NULL
+WHERE claimed_at IS NOT NULL AND ($1::text IS NULL OR project = $1::text)
 GROUP BY project, priority_class
 ORDER BY priority_class, project;
 
 -- name: stats_recovery
 -- Recovery delay: from a lease expiry or an explicit loss to the job's next claim.
+-- $1 one project (NULL: all)
 SELECT count(*) AS incidents,
        count(nxt.at) AS recovered,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM nxt.at - e.at)) AS p50_s,
@@ -60,14 +64,27 @@ LEFT JOIN LATERAL (
     WHERE c.job_id = e.job_id AND c.kind = 'claimed' AND c.id > e.id
     ORDER BY c.id LIMIT 1
 ) nxt ON true
-WHERE e.kind IN ('lease_expired', 'lost');
+WHERE e.kind IN ('lease_expired', 'lost')
+  AND ($1::text IS NULL
+       OR EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = e.job_id AND j.project = $1::text));
 
 -- name: stats_states
--- Jobs by state.
-SELECT state, count(*) AS jobs FROM fleetq.jobs GROUP BY state ORDER BY state;
+-- Jobs by state. $1 one project (NULL: all)
+SELECT state, count(*) AS jobs FROM fleetq.jobs
+WHERE $1::text IS NULL OR project = $1::text
+GROUP BY state ORDER BY state;
 
 -- name: stats_stale
--- Zombie writes refused as stale, and races with a runner's own outcome, fleet-wide.
+-- Zombie writes refused as stale, and races with a runner's own outcome, fleet-wide
+-- (the runners' counters) or for one project's jobs (their events). $1 project (NULL: all)
 SELECT coalesce(sum(stale_rejections), 0) AS stale_rejections,
        coalesce(sum(self_races), 0) AS self_races
-FROM fleetq.runners;
+FROM fleetq.runners
+HAVING $1::text IS NULL
+UNION ALL
+SELECT count(*) FILTER (WHERE e.kind = 'stale_rejected'),
+       count(*) FILTER (WHERE e.kind = 'stale_self_race')
+FROM fleetq.events e
+JOIN fleetq.jobs j ON j.id = e.job_id
+WHERE j.project = $1::text AND e.kind IN ('stale_rejected', 'stale_self_race')
+HAVING $1::text IS NOT NULL;
