@@ -104,7 +104,17 @@ class JobContext:
 
     @contextlib.asynccontextmanager
     async def _transaction(self, *, finish: bool) -> AsyncIterator[Connection]:
-        async with self.pool.acquire() as conn:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                conn = await stack.enter_async_context(self.pool.acquire())
+            except Exception as exc:
+                # no connection to be had (the server is restarting: "cannot connect now"):
+                # the same for the handler as a lost one, so it runs again, not fails
+                if isinstance(map_error(exc), ConnectionFailed):
+                    raise ConnectionFailed(
+                        f"the handler's database connection could not be made: {exc}"
+                    ) from exc
+                raise
             try:
                 async with conn.transaction():
                     yield await self._lock(conn)

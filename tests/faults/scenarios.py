@@ -228,12 +228,12 @@ class FaultFleet:
         return int(found) if found is not None else None
 
     def held_by(self, i: int) -> list[int]:
-        """The jobs whose lease runner `i` holds, as the database says."""
+        """The command jobs runner `i` runs, as the database says (a command job's
+        outcome is a write the runner makes when it ends: cut off, it is a zombie's)."""
         try:
             with connect(self.dsn, autocommit=True) as conn:
                 rows = conn.execute(
-                    b"SELECT id FROM fleetq.jobs WHERE lease_owner = $1 "
-                    b"AND state IN ('claimed', 'running')",
+                    b"SELECT id FROM fleetq.jobs WHERE lease_owner = $1 AND state = 'running'",
                     [f"{self.runners[i].node}/r"],
                 ).fetchall()
         except FleetqError:
@@ -244,6 +244,16 @@ class FaultFleet:
         """Whether `job` has been claimed again (a token past 1)."""
         found = self._one(b"SELECT lease_version FROM fleetq.jobs WHERE id = $1", job)
         return bool(found is not None and found > 1)
+
+    def settled_first_time(self, job: int) -> bool:
+        """Whether `job` ended under its first token (an outcome already on its way when
+        its runner was cut off committed: no other runner will take it over)."""
+        found = self._one(
+            b"SELECT state = ANY($2) AND lease_version = 1 FROM fleetq.jobs WHERE id = $1",
+            job,
+            TERMINAL,
+        )
+        return bool(found)
 
 
 @contextlib.contextmanager

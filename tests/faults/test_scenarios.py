@@ -10,6 +10,7 @@ another server. `-m scenarios` runs only the scenarios.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -72,25 +73,33 @@ def _cut_off_holding(
     fleet: FaultFleet, i: int, cut: Callable[[], None], mend: Callable[[], None]
 ) -> None:
     """Cut runner `i` off (`cut`) at a moment it holds a lease, wait until another runner
-    has claimed one of those jobs again, then `mend`. A runner caught holding nothing is
-    let go and caught again once it runs something."""
+    has claimed one of those jobs again, then `mend`. A runner caught holding nothing, or
+    whose jobs all ended anyway (their outcomes were already on their way), is let go and
+    caught again once it runs something."""
     for _ in range(20):
         wait_until(lambda: fleet.holding(i) is not None, what=f"runner {i} to run a job")
         cut()
         held = fleet.held_by(i)
         if held:
-            break
-        mend()
-    else:
-        raise AssertionError(f"runner {i} was never caught holding a lease")
-    try:
-        wait_until(
-            lambda: any(fleet.reclaimed(job) for job in held),
-            what=f"a job of runner {i} claimed again",
-            deadline_s=30,
-        )
-    finally:
-        mend()
+            try:
+                wait_until(
+                    functools.partial(_taken_over_or_done, fleet, held),
+                    what=f"a job of runner {i} claimed again",
+                    deadline_s=30,
+                )
+            finally:
+                mend()
+            if any(fleet.reclaimed(job) for job in held):
+                return
+        else:
+            mend()
+    raise AssertionError(f"runner {i} was never caught holding a lease it then lost")
+
+
+def _taken_over_or_done(fleet: FaultFleet, held: list[int]) -> bool:
+    return any(fleet.reclaimed(job) for job in held) or all(
+        fleet.settled_first_time(job) for job in held
+    )
 
 
 def _sigstop(fleet: FaultFleet) -> None:
