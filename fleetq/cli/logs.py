@@ -84,5 +84,9 @@ def _read(
 
 
 def _state(conn: SyncConnection, job: int) -> JobState | None:
-    row = conn.execute(queries.sql("output_job_state").encode(), [job]).fetchone()
-    return None if row is None else JobState(row[0])
+    cursor = conn.execute(queries.sql("jobs_get").encode(), [job])
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    columns = [c.name for c in cursor.description or []]
+    return JobState(row[columns.index("state")])

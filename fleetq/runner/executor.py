@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Protocol
 
 import psutil
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
+from fleetq.core.config import LimitsConfig
 from fleetq.core.errors import ConnectionFailed, StaleLease
 from fleetq.core.models import Outcome
 from fleetq.runner import orphans
@@ -62,16 +63,11 @@ class Finished:
 OnStart = Callable[[int, datetime], Awaitable[None]]
 
 
-class Limits(BaseModel):
-    """An operation's resource limits (`limits` in the fleet file), applied with
-    setrlimit to each process of a command job before it runs."""
+class Limits(LimitsConfig):
+    """An operation's resource limits (`limits` in the fleet file, read back from the
+    database), applied with setrlimit to each process of a command job before it runs."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    memory_mb: int | None = None
-    cpu_seconds: int | None = None
-    open_files: int | None = None
-    output_mb: int | None = None
+    model_config = ConfigDict(frozen=True, extra="ignore")  # a newer schema's extra keys
 
     def rlimits(self) -> list[tuple[int, int, int]]:
         """(resource, soft, hard). CPU: SIGXCPU at the limit, SIGKILL a second later."""

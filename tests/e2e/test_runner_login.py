@@ -20,9 +20,8 @@ from tests.e2e.test_runner import _submit
 pytestmark = pytest.mark.slow
 
 
-def test_a_runner_on_its_own_login_runs_every_kind_of_job(
-    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
-) -> None:
+def _runner_login(fleet_dsn: str, tmp_path: Path) -> tuple[str, roles.Created]:
+    """A login for runner node-a/r (a unique role name: roles are the cluster's)."""
     name = f"fq_runner_{uuid.uuid4().hex[:10]}"
     with connect(fleet_dsn) as conn:
         created = roles.add(
@@ -33,6 +32,15 @@ def test_a_runner_on_its_own_login_runs_every_kind_of_job(
             password_file=tmp_path / "runner.pgpass",
             login=name,
         )
+        conn.commit()
+    return name, created
+
+
+def test_a_runner_on_its_own_login_runs_every_kind_of_job(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    name, created = _runner_login(fleet_dsn, tmp_path)
+    with connect(fleet_dsn) as conn:
         conn.execute(f'GRANT INSERT ON effects TO "{name}"'.encode())  # the handler's table
         conn.commit()
     try:
@@ -64,17 +72,7 @@ def test_a_runner_on_its_own_login_runs_every_kind_of_job(
 def test_a_runner_login_started_as_another_runner_says_so(fleet_dsn: str, tmp_path: Path) -> None:
     """Misconfigured: the login is node-a's, the runner says it is node-b. It exits with
     the reason, instead of retrying for ever or acting as node-b."""
-    name = f"fq_runner_{uuid.uuid4().hex[:10]}"
-    with connect(fleet_dsn) as conn:
-        created = roles.add(
-            conn,
-            roles.Kind.RUNNER,
-            "node-a/r",
-            admin_dsn=fleet_dsn,
-            password_file=tmp_path / "runner.pgpass",
-            login=name,
-        )
-        conn.commit()
+    name, created = _runner_login(fleet_dsn, tmp_path)
     try:
         proc, log = _runner(created.dsn, tmp_path, "checks=1", node="node-b", name="r")
         assert proc.wait(timeout=30) == 1

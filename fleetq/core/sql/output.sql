@@ -12,7 +12,3 @@ FROM fleetq.job_output
 WHERE job_id = $1::bigint AND ($2::bigint IS NULL OR lease_version = $2::bigint)
   AND (lease_version, seq) > ($3::bigint, $4::integer)
 ORDER BY lease_version, seq;
-
--- name: output_job_state
--- Whether the job exists and is finished (followers stop then). $1 job
-SELECT state, lease_version FROM fleetq.jobs WHERE id = $1::bigint;
