@@ -407,15 +407,69 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------
--- Ownership and grants, asserted by one function that `fleetq migrate` runs after every
--- migration (an object a later migration creates is owned by whoever migrated, and a
--- new function is executable by PUBLIC until revoked).
+-- Who may use what, as data: a later migration that adds an entry point (or a table a
+-- group reads) adds its rows here, and fleetq.secure(), which `fleetq migrate` runs
+-- after every migration, grants them. Ownership and PUBLIC's rights are asserted there
+-- too (an object a migration creates is owned by whoever migrated, and a new function
+-- is executable by PUBLIC until revoked).
+
+CREATE TABLE fleetq.grants (
+    privilege  text NOT NULL CHECK (privilege IN ('EXECUTE', 'SELECT')),
+    object     text NOT NULL,  -- 'FUNCTION fleetq.claim(text, …)', 'TABLE fleetq.jobs'
+    grantee    text NOT NULL CHECK (grantee IN ('fleetq_runner', 'fleetq_submitter',
+                                                'fleetq_operator', 'fleetq_reader')),
+    PRIMARY KEY (privilege, object, grantee)
+);
+
+INSERT INTO fleetq.grants (privilege, object, grantee)
+SELECT 'EXECUTE', 'FUNCTION fleetq.' || f, 'fleetq_runner'
+FROM unnest(ARRAY[
+    'claim(text, text, integer, uuid)', 'heartbeat(text, bigint[], bigint[])',
+    'report_start(text, bigint, bigint, text, uuid, integer, timestamptz, integer)',
+    'complete(text, bigint[], bigint[], text[], integer[], text[], text[], integer[], '
+        'integer[], integer[])',
+    'report_lost(text, bigint, bigint, text)',
+    'confirm_stop(text, bigint, bigint, integer, text, integer)',
+    'release(text, bigint, bigint, text, boolean, integer)',
+    'register_runner(text, text, text[], integer, integer, text[], integer[], text, integer)',
+    'reap(integer, timestamptz)', 'fenced_write(text, bigint, bigint, jsonb)',
+    'set_runner_state(text, text, text, text)',
+    'runner_job_states(text, bigint[])', 'runner_held(text)', 'runner_job(text, bigint)',
+    'runner_open_executions(text)', 'runner_state(text)', 'runner_operations()',
+    'runner_timing()', 'lock_for_handler(bigint, text, bigint)',
+    'runner_note(text, bigint, text, bigint, jsonb)']) f
+UNION ALL
+SELECT 'EXECUTE', 'FUNCTION fleetq.' || f, g
+FROM unnest(ARRAY['submit(text, text, text, text, text, text, text, jsonb)',
+                  'cancel(bigint, text, text)']) f,
+     unnest(ARRAY['fleetq_submitter', 'fleetq_operator']) g
+UNION ALL
+SELECT 'EXECUTE', 'FUNCTION fleetq.set_runner_state(text, text, text, text)', 'fleetq_operator'
+UNION ALL
+-- what the console, the CLI's listings and the views call inside their queries
+SELECT 'EXECUTE', 'FUNCTION fleetq.' || f, g
+FROM unnest(ARRAY[
+    'runner_operations()', 'runner_timing()', 'setting_int(text)', 'setting_seconds(text)',
+    'runner_is_stale(timestamptz)',
+    'ineligibility(text[], text, integer, integer, text, text[], text, boolean, integer, '
+        'integer, integer, integer)',
+    'eligible(text[], text, integer, integer, text, text[], text, boolean, integer, '
+        'integer, integer, integer)']) f,
+     unnest(ARRAY['fleetq_reader', 'fleetq_operator', 'fleetq_submitter']) g
+UNION ALL
+-- every client checks the schema version first
+SELECT 'SELECT', 'TABLE fleetq.schema_migrations', g
+FROM unnest(ARRAY['fleetq_runner', 'fleetq_submitter', 'fleetq_operator', 'fleetq_reader']) g
+UNION ALL
+-- a submitter reads jobs and results (`fleetq jobs`, `fleetq result`); readers and
+-- operators read every table but the logins (below)
+SELECT 'SELECT', 'TABLE fleetq.' || t, 'fleetq_submitter'
+FROM unnest(ARRAY['jobs', 'results', 'events', 'identities', 'projects', 'operations']) t;
 
 CREATE FUNCTION fleetq.secure() RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     o record;
-    f text;
 BEGIN
     EXECUTE 'ALTER SCHEMA fleetq OWNER TO fleetq_owner';
     FOR o IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -435,50 +489,12 @@ BEGIN
     REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fleetq FROM PUBLIC;
     GRANT USAGE ON SCHEMA fleetq TO fleetq_runner, fleetq_submitter, fleetq_operator,
                                     fleetq_reader;
-    -- every client checks the schema version first
-    GRANT SELECT ON fleetq.schema_migrations TO fleetq_runner, fleetq_submitter,
-                                               fleetq_operator, fleetq_reader;
     -- readers (console --readonly, stats, overlaps) read everything; operators too
     GRANT SELECT ON ALL TABLES IN SCHEMA fleetq TO fleetq_reader, fleetq_operator;
     REVOKE SELECT ON fleetq.logins FROM fleetq_reader;
-    -- a submitter reads jobs and results (`fleetq jobs`, `fleetq result`)
-    GRANT SELECT ON fleetq.jobs, fleetq.results, fleetq.events, fleetq.identities,
-                    fleetq.projects, fleetq.operations TO fleetq_submitter;
-    FOREACH f IN ARRAY ARRAY[
-        'claim(text, text, integer, uuid)', 'heartbeat(text, bigint[], bigint[])',
-        'report_start(text, bigint, bigint, text, uuid, integer, timestamptz, integer)',
-        'complete(text, bigint[], bigint[], text[], integer[], text[], text[], integer[], '
-            'integer[], integer[])',
-        'report_lost(text, bigint, bigint, text)',
-        'confirm_stop(text, bigint, bigint, integer, text, integer)',
-        'release(text, bigint, bigint, text, boolean, integer)',
-        'register_runner(text, text, text[], integer, integer, text[], integer[], text, integer)',
-        'reap(integer, timestamptz)', 'fenced_write(text, bigint, bigint, jsonb)',
-        'set_runner_state(text, text, text, text)',
-        'runner_job_states(text, bigint[])', 'runner_held(text)', 'runner_job(text, bigint)',
-        'runner_open_executions(text)', 'runner_state(text)', 'runner_operations()',
-        'runner_timing()', 'lock_for_handler(bigint, text, bigint)',
-        'runner_note(text, bigint, text, bigint, jsonb)'] LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION fleetq.%s TO fleetq_runner', f);
+    FOR o IN SELECT * FROM fleetq.grants LOOP
+        EXECUTE format('GRANT %s ON %s TO %I', o.privilege, o.object, o.grantee);
     END LOOP;
-    FOREACH f IN ARRAY ARRAY[
-        'submit(text, text, text, text, text, text, text, jsonb)', 'cancel(bigint, text, text)']
-    LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION fleetq.%s TO fleetq_submitter, fleetq_operator',
-                       f);
-    END LOOP;
-    GRANT EXECUTE ON FUNCTION fleetq.set_runner_state(text, text, text, text),
-                              fleetq.runner_operations() TO fleetq_operator;
-    GRANT EXECUTE ON FUNCTION fleetq.runner_operations(), fleetq.runner_timing()
-        TO fleetq_reader, fleetq_operator, fleetq_submitter;
-    -- helpers views and readers call inside their queries
-    GRANT EXECUTE ON FUNCTION fleetq.setting_int(text), fleetq.setting_seconds(text),
-                              fleetq.runner_is_stale(timestamptz), fleetq.ineligibility(
-                                  text[], text, integer, integer, text, text[], text, boolean,
-                                  integer, integer, integer, integer),
-                              fleetq.eligible(text[], text, integer, integer, text, text[],
-                                              text, boolean, integer, integer, integer, integer)
-        TO fleetq_reader, fleetq_operator, fleetq_submitter;
 END;
 $$;
 

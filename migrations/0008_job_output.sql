@@ -55,76 +55,9 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION fleetq.secure() RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    o record;
-    f text;
-BEGIN
-    EXECUTE 'ALTER SCHEMA fleetq OWNER TO fleetq_owner';
-    FOR o IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = 'fleetq' AND c.relkind IN ('r', 'v', 'm', 'p')
-               AND c.relowner <> 'fleetq_owner'::regrole LOOP
-        EXECUTE format('ALTER TABLE fleetq.%I OWNER TO fleetq_owner', o.relname);
-    END LOOP;
-    FOR o IN SELECT p.oid::regprocedure AS sig FROM pg_proc p
-             JOIN pg_namespace n ON n.oid = p.pronamespace
-             WHERE n.nspname = 'fleetq' AND p.proowner <> 'fleetq_owner'::regrole
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s OWNER TO fleetq_owner', o.sig);
-    END LOOP;
-    REVOKE ALL ON SCHEMA fleetq FROM PUBLIC;
-    REVOKE ALL ON ALL TABLES IN SCHEMA fleetq FROM PUBLIC;
-    REVOKE ALL ON ALL SEQUENCES IN SCHEMA fleetq FROM PUBLIC;
-    REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fleetq FROM PUBLIC;
-    GRANT USAGE ON SCHEMA fleetq TO fleetq_runner, fleetq_submitter, fleetq_operator,
-                                    fleetq_reader;
-    -- every client checks the schema version first
-    GRANT SELECT ON fleetq.schema_migrations TO fleetq_runner, fleetq_submitter,
-                                               fleetq_operator, fleetq_reader;
-    -- readers (console --readonly, stats, overlaps) read everything; operators too
-    GRANT SELECT ON ALL TABLES IN SCHEMA fleetq TO fleetq_reader, fleetq_operator;
-    REVOKE SELECT ON fleetq.logins FROM fleetq_reader;
-    -- a submitter reads jobs and results (`fleetq jobs`, `fleetq result`)
-    GRANT SELECT ON fleetq.jobs, fleetq.results, fleetq.events, fleetq.identities,
-                    fleetq.projects, fleetq.operations, fleetq.job_output TO fleetq_submitter;
-    FOREACH f IN ARRAY ARRAY[
-        'claim(text, text, integer, uuid)', 'heartbeat(text, bigint[], bigint[])',
-        'report_start(text, bigint, bigint, text, uuid, integer, timestamptz, integer)',
-        'complete(text, bigint[], bigint[], text[], integer[], text[], text[], integer[], '
-            'integer[], integer[])',
-        'report_lost(text, bigint, bigint, text)',
-        'confirm_stop(text, bigint, bigint, integer, text, integer)',
-        'release(text, bigint, bigint, text, boolean, integer)',
-        'register_runner(text, text, text[], integer, integer, text[], integer[], text, integer)',
-        'reap(integer, timestamptz)', 'fenced_write(text, bigint, bigint, jsonb)',
-        'set_runner_state(text, text, text, text)',
-        'runner_job_states(text, bigint[])', 'runner_held(text)', 'runner_job(text, bigint)',
-        'runner_open_executions(text)', 'runner_state(text)', 'runner_operations()',
-        'runner_timing()', 'lock_for_handler(bigint, text, bigint)',
-        'runner_note(text, bigint, text, bigint, jsonb)',
-        'append_output(text, bigint, bigint, integer, bytea)'] LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION fleetq.%s TO fleetq_runner', f);
-    END LOOP;
-    FOREACH f IN ARRAY ARRAY[
-        'submit(text, text, text, text, text, text, text, jsonb)', 'cancel(bigint, text, text)']
-    LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION fleetq.%s TO fleetq_submitter, fleetq_operator',
-                       f);
-    END LOOP;
-    GRANT EXECUTE ON FUNCTION fleetq.set_runner_state(text, text, text, text),
-                              fleetq.runner_operations() TO fleetq_operator;
-    GRANT EXECUTE ON FUNCTION fleetq.runner_operations(), fleetq.runner_timing()
-        TO fleetq_reader, fleetq_operator, fleetq_submitter;
-    -- helpers views and readers call inside their queries
-    GRANT EXECUTE ON FUNCTION fleetq.setting_int(text), fleetq.setting_seconds(text),
-                              fleetq.runner_is_stale(timestamptz), fleetq.ineligibility(
-                                  text[], text, integer, integer, text, text[], text, boolean,
-                                  integer, integer, integer, integer),
-                              fleetq.eligible(text[], text, integer, integer, text, text[],
-                                              text, boolean, integer, integer, integer, integer)
-        TO fleetq_reader, fleetq_operator, fleetq_submitter;
-END;
-$$;
+INSERT INTO fleetq.grants (privilege, object, grantee) VALUES
+    ('EXECUTE', 'FUNCTION fleetq.append_output(text, bigint, bigint, integer, bytea)',
+     'fleetq_runner'),
+    ('SELECT', 'TABLE fleetq.job_output', 'fleetq_submitter');
 
 SELECT fleetq.secure();
