@@ -22,6 +22,7 @@ class Exit(IntEnum):
     DATA = 65  # can never be answered: unknown project, operation or job
     UNAVAILABLE = 69  # the database is unreachable, busy or timed out: try again
     SOFTWARE = 70  # an unexpected error (a bug, or a database error fleetq did not expect)
+    TEMPFAIL = 75  # refused for now: live jobs, a runner not yet offline; try again later
     NO_PERMISSION = 77  # this login may not do that (fleetq roles)
     CONFIG = 78  # the schema needs `fleetq migrate`, or a configuration file is wrong
     INTERRUPTED = 130  # Ctrl-C
@@ -36,6 +37,8 @@ def for_error(exc: errors.FleetqError) -> Exit:
             return Exit.DATA
         case errors.ConnectionFailed() | errors.DatabaseBusy() | errors.EmbeddedServerError():
             return Exit.UNAVAILABLE
+        case errors.RefusedNow():
+            return Exit.TEMPFAIL
         case errors.PermissionDenied():
             return Exit.NO_PERMISSION
         case errors.SchemaOutOfDate() | errors.MigrationError() | errors.ConfigError():

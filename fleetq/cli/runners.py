@@ -1,4 +1,4 @@
-"""Runner commands: runners, drain, pause, resume."""
+"""Runner commands: runners (and runners forget), drain, pause, resume."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 from fleetq.cli.common import Commands, actor, add_actor, add_json, age, run
 from fleetq.cli.output import emit_json, table
-from fleetq.core import fleet
+from fleetq.core import fleet, removal
 from fleetq.core.models import RunnerState
+from fleetq.core.text import escape
 
 _VERBS = {
     "drain": (RunnerState.DRAINING, "stop claiming; finish what it runs, then show drained"),
@@ -19,9 +20,26 @@ _VERBS = {
 
 def register(commands: Commands) -> None:
     """Add the runner commands."""
-    p = commands.add_parser("runners", help="list runners with lanes, capacity and state")
+    p = commands.add_parser(
+        "runners",
+        help="list runners with lanes, capacity and state; `runners forget RUNNER`",
+        description="List the fleet's runners. `runners forget RUNNER` removes a runner that "
+        "is gone for good from the listings, capacity and eligibility; its history stays, and "
+        "it is back as soon as it is heard from again.",
+    )
     add_json(p)
     p.set_defaults(func=_do_list)
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    f = verbs.add_parser(
+        "forget",
+        help="forget an offline runner that holds nothing (its history stays)",
+        description="Forget RUNNER (node/name): it must be offline (stopped, or silent past "
+        "the offline threshold) and hold no job; its leases are the reaper's to recover "
+        "first. Refused otherwise, with exit status 75 (try again later).",
+    )
+    f.add_argument("runner", metavar="RUNNER")
+    add_actor(f)
+    f.set_defaults(func=_do_forget)
     for verb, (_, effect) in _VERBS.items():
         v = commands.add_parser(
             verb,
@@ -71,6 +89,13 @@ def _do_list(args: argparse.Namespace) -> int:
             rows,
         )
     )
+    return 0
+
+
+def _do_forget(args: argparse.Namespace) -> int:
+    at = run(args, lambda d: removal.forget_runner(d, runner=args.runner, actor=actor(args)))
+    since = f"{at:%Y-%m-%d %H:%M:%S %Z}"
+    print(f"runner {escape(args.runner)} forgotten (since {since}); its history stays")
     return 0
 
 

@@ -6,9 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from fleetq.cli.common import actor, add_actor, run
 from fleetq.cli.output import emit_json, table
-from fleetq.core import config, configview, migrate
+from fleetq.core import config, configview, migrate, removal
 from fleetq.core.db import connect, resolve_dsn, wrap_errors
+from fleetq.core.errors import InvalidInput
 from fleetq.core.text import escape
 
 
@@ -55,6 +57,17 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     d.add_argument("file", type=Path, metavar="FILE.toml")
     d.add_argument("--json", action="store_true", help="machine-readable output")
     d.set_defaults(func=_config_diff)
+    r = verbs.add_parser(
+        "remove",
+        help="remove an operation (refused while it has live jobs); its history stays",
+        description="Remove operation PROJECT/OPERATION: submits are refused from then on; "
+        "its jobs and results stay. Refused (exit status 75) while it has queued, claimed or "
+        "running jobs. `fleetq apply` with the operation in the file brings it back.",
+    )
+    r.add_argument("what", choices=["operation"], help="what to remove")
+    r.add_argument("name", metavar="PROJECT/OPERATION")
+    add_actor(r)
+    r.set_defaults(func=_config_remove)
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -123,6 +136,24 @@ def _config_diff(args: argparse.Namespace) -> int:
         emit_json(changes)
     else:
         _print_changes(changes)
+    return 0
+
+
+def _config_remove(args: argparse.Namespace) -> int:
+    project, slash, operation = args.name.partition("/")
+    if not (project and slash and operation):
+        raise InvalidInput(f"expected PROJECT/OPERATION, got {escape(args.name)}")
+    done = run(
+        args,
+        lambda d: removal.remove_operation(
+            d, project=project, operation=operation, actor=actor(args)
+        ),
+    )
+    name = escape(f"{project}/{operation}")
+    if not done.removed:
+        print(f"operation {name} was already removed (at {done.retired_at:%Y-%m-%d %H:%M:%S %Z})")
+    else:
+        print(f"operation {name} removed; its {done.jobs} job(s) and their results stay")
     return 0
 
 

@@ -31,6 +31,7 @@ _FLEETQ_STATES: dict[str, type[errors.FleetqError]] = {
     "FQ003": errors.InvalidInput,
     "FQ004": errors.NotFound,
     "FQ005": errors.CapacityConflict,
+    "FQ006": errors.RefusedNow,
     "42501": errors.PermissionDenied,  # insufficient_privilege: a login acting beyond itself
 }
 

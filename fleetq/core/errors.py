@@ -99,3 +99,8 @@ class NotFound(FleetqError):
 
 class CapacityConflict(FleetqError):
     """A runner's declared capacity is below what its live jobs hold."""
+
+
+class RefusedNow(FleetqError):
+    """Refused in the present state, possibly granted later (SQLSTATE FQ006): an
+    operation with live jobs, a runner that is not yet offline or still holds work."""

@@ -149,6 +149,9 @@ def _combined(fleet: FaultFleet) -> None:
     _after(25)(fleet)
     fleet.kill9(1)
     fleet.start(1)
+    # back before the end: only the killed runner can close the executions it left
+    # (its journal says what it launched); a loaded machine can take seconds to start it
+    wait_until(lambda: fleet.serving(1), what="the killed runner to serve again")
     _after(35)(fleet)
     fleet.server.stop("immediate")
     fleet.server.ensure_running()

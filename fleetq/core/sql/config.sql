@@ -47,8 +47,10 @@ ON CONFLICT (project, name) DO UPDATE SET
     cpu_millis = EXCLUDED.cpu_millis,
     timeout_s = EXCLUDED.timeout_s,
     limits = EXCLUDED.limits,
+    retired_at = NULL,  -- applying a removed operation brings it back
+    retired_by = NULL,
     updated_at = clock_timestamp()
-WHERE (fleetq.operations.lane, fleetq.operations.command, fleetq.operations.handler,
+WHERE fleetq.operations.retired_at IS NOT NULL OR (fleetq.operations.lane, fleetq.operations.command, fleetq.operations.handler,
        fleetq.operations.capabilities, fleetq.operations.memory_mb,
        fleetq.operations.cpu_millis, fleetq.operations.timeout_s, fleetq.operations.limits)
     IS DISTINCT FROM
@@ -63,13 +65,14 @@ SELECT name FROM fleetq.lanes ORDER BY name;
 -- What the fleet configuration holds now, one row per kind.
 SELECT 'lanes' AS kind, count(*) AS n FROM fleetq.lanes
 UNION ALL SELECT 'projects', count(*) FROM fleetq.projects
-UNION ALL SELECT 'operations', count(*) FROM fleetq.operations
+UNION ALL SELECT 'operations', count(*) FROM fleetq.operations WHERE retired_at IS NULL
 UNION ALL SELECT 'identities', count(*) FROM fleetq.identities;
 
 -- name: config_operations
--- Every operation with its requirements, for listings.
+-- Every operation in force with its requirements, for listings.
 SELECT project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s
 FROM fleetq.operations
+WHERE retired_at IS NULL
 ORDER BY project, name;
 
 -- name: configview_settings
@@ -88,4 +91,10 @@ SELECT name, repository, release_gate, description FROM fleetq.projects ORDER BY
 SELECT project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s,
        limits
 FROM fleetq.operations
+WHERE retired_at IS NULL
 ORDER BY project, name;
+
+-- name: config_remove_operation
+-- Retire an operation (refused while it has live jobs); its jobs and results stay.
+-- $1 project, $2 operation, $3 actor
+SELECT * FROM fleetq.retire_operation($1::text, $2::text, $3::text);

@@ -33,4 +33,5 @@ SELECT s.lane, s.capabilities, s.requested_node, s.memory_mb, s.cpu_millis,
 FROM shapes s
 CROSS JOIN fleetq.runners r
 LEFT JOIN fleetq.runner_lanes l ON l.runner_id = r.id AND l.lane = s.lane
+WHERE fleetq.runner_listed(r.forgotten_at, r.last_heartbeat_at)
 ORDER BY r.id;

@@ -12,12 +12,14 @@ SELECT * FROM fleetq.set_runner_state($1::text, $2::text, $3::text, $4::text);
 
 -- name: runners_list
 -- Every runner with its lanes and live work; `offline` folds in a stale heartbeat.
+-- Forgotten runners are left out until they are heard from again.
 SELECT r.*,
        (r.state = 'offline' OR fleetq.runner_is_stale(r.last_heartbeat_at)) AS offline,
        coalesce((SELECT jsonb_object_agg(l.lane, jsonb_build_array(l.slots, l.slots_used))
                  FROM fleetq.runner_lanes l WHERE l.runner_id = r.id), '{}') AS lanes,
        (SELECT count(*) FROM fleetq.jobs j WHERE j.reserved_on = r.id) AS live_jobs
 FROM fleetq.runners r
+WHERE fleetq.runner_listed(r.forgotten_at, r.last_heartbeat_at)
 ORDER BY r.id;
 
 -- name: runners_get_state
@@ -57,3 +59,7 @@ SELECT pid, pg_terminate_backend(pid) AS ended
 FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
   AND application_name LIKE $1::text AND application_name <> $2::text;
+
+-- name: runners_forget
+-- Forget an offline runner that holds nothing; its history stays. $1 runner, $2 actor
+SELECT * FROM fleetq.forget_runner($1::text, $2::text);

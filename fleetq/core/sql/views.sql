@@ -30,6 +30,7 @@ capacity AS (
            count(*) FILTER (WHERE r.state = 'active' AND NOT stale.offline) AS eligible_runners
     FROM fleetq.runner_lanes rl
     JOIN fleetq.runners r ON r.id = rl.runner_id
+                           AND fleetq.runner_listed(r.forgotten_at, r.last_heartbeat_at)
     CROSS JOIN LATERAL (SELECT r.state = 'offline'
                                OR fleetq.runner_is_stale(r.last_heartbeat_at) AS offline) stale
     GROUP BY rl.lane
