@@ -22,6 +22,7 @@ def register(commands: Commands) -> None:
     """Add the runner commands."""
     p = commands.add_parser(
         "runners",
+        usage="%(prog)s [-h] [--dsn DSN] [-v] [--json]\n       %(prog)s forget RUNNER",
         help="list runners with lanes, capacity and state; `runners forget RUNNER`",
         description="List the fleet's runners. `runners forget RUNNER` removes a runner that "
         "is gone for good from the listings, capacity and eligibility; its history stays, and "
