@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
@@ -26,6 +27,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Header
 
+from fleetq.console import screen
 from fleetq.console.dialogs import CommandLine, Confirm, DrainForm, Help
 from fleetq.console.live import Follower
 from fleetq.console.messages import Acted, DrainPreview, Health, Hint, Loaded, Missing
@@ -420,16 +422,20 @@ class ConsoleApp(App[None]):
         """Cancel the marked jobs (or the selected one), after a confirmation."""
         if not self._acting_allowed("cancel_jobs"):
             return
+        hidden = 0
         if self.current == "detail":
             targets = [self.detail_job] if self.detail_job is not None else []
             shown = self.query_one(DetailView).detail
             known = {shown.job.id: shown.job.state} if shown is not None else {}
         else:
             view = self.query_one(JobsView)
-            targets = view.targets()
+            targets, hidden = view.targets()
             known = {j.id: j.state for j in view.page.jobs} if view.page is not None else {}
+        left_alone = f" {hidden} marked job(s) the filter hides are left alone." if hidden else ""
         if not targets:
-            self.notify("no job selected", severity="warning")
+            self.notify(
+                "no job selected" + (f":{left_alone}" if hidden else ""), severity="warning"
+            )
             return
         finished = [j for j in targets if j in known and known[j].terminal]
         targets = [j for j in targets if j not in finished]
@@ -442,12 +448,14 @@ class ConsoleApp(App[None]):
         body = Text(
             f"Cancel {len(targets)} {noun}: {ids} — runners will be asked to stop them; "
             "they show stop pending until the stop is confirmed. Queued jobs are cancelled "
-            "at once." + (f" Skipping {len(finished)} finished." if finished else "")
+            "at once." + (f" Skipping {len(finished)} finished." if finished else "") + left_alone
         )
 
         def answered(yes: bool | None) -> None:
             if yes and self._acting_allowed("cancel_jobs"):  # it may have gone stale since
                 self._cancel(targets)
+                if self.current == "jobs":
+                    self.query_one(JobsView).clear_marks()  # done with: they do not linger
 
         self.push_screen(Confirm(f"Cancel {len(targets)} {noun}?", body), answered)
 
@@ -536,6 +544,11 @@ async def _pause(seconds: float) -> None:
     await asyncio.sleep(seconds)  # backoff between reconnects, not synchronisation
 
 
-def run_console(dsn: str, *, readonly: bool = False, title: str | None = None) -> None:
-    """Run the console on `dsn` until the operator quits (blocks)."""
-    ConsoleApp(dsn, readonly=readonly, title=title).run()
+def run_console(
+    dsn: str, *, readonly: bool = False, title: str | None = None, log: Path | None = None
+) -> None:
+    """Run the console on `dsn` until the operator quits (blocks). Meanwhile log records,
+    warnings and thread exceptions go to `log` (default `screen.default_log()`), never
+    over the screen."""
+    with screen.owned(log or screen.default_log()):
+        ConsoleApp(dsn, readonly=readonly, title=title).run()

@@ -35,15 +35,16 @@ def _css(name: str) -> str:
 class Confirm(ModalScreen[bool]):
     """Yes or no on an action that names its targets and its exact effect.
 
-    Focus starts on No (a stray click or Tab-Enter does nothing harmful); `y` or Enter
-    confirms, `n` or Esc cancels, as the footer line says."""
+    Focus starts on No (a stray Enter does nothing harmful); Enter presses the focused
+    button (Tab moves between them), `y` confirms, `n` or Esc cancels, as the line under
+    the text says."""
 
     DEFAULT_CSS = _css("Confirm")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes", priority=True),
-        Binding("enter", "answer(True)", "Yes", priority=True),
         Binding("n", "answer(False)", "No", priority=True),
         Binding("escape", "answer(False)", "No", priority=True),
+        Binding("left,right", "app.focus_next", "Other button", show=False),
     ]
 
     def __init__(self, title: str, body: Text | str) -> None:
@@ -55,7 +56,9 @@ class Confirm(ModalScreen[bool]):
         with Vertical():
             yield Static(Text(self.title_text, style="bold"))
             yield Static(self.body if isinstance(self.body, Text) else plain(self.body))
-            yield Static(Text("y / Enter: yes    n / Esc: no", style="dim"))
+            yield Static(
+                Text("y: yes    n / Esc: no    Enter: the highlighted button (Tab moves)", "dim")
+            )
             with Horizontal(classes="buttons"):
                 yield Button("Yes", id="yes", variant="error")
                 yield Button("No", id="no", variant="primary")

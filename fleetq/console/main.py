@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from fleetq import __version__
+from fleetq.console import screen
 from fleetq.console.app import VIEWS, ConsoleApp
 from fleetq.core.db import resolve_dsn
 from fleetq.core.errors import FleetqError
@@ -56,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         job=JobId(args.job) if args.job is not None else None,
         view="detail" if args.job is not None else args.view,
     )
-    app.run()
+    with screen.owned(screen.default_log()):
+        app.run()
     return app.return_code or 0
 
 

@@ -185,12 +185,13 @@ def _stream(
         raise failure[0]
 
 
-def _console(dsn: str, say: Callable[[str], None]) -> None:
-    """Open the console on the demo's database until the operator quits."""
+def _console(dsn: str, say: Sayer) -> None:
+    """Open the console on the demo's database until the operator quits; meanwhile log
+    lines go to the demo's log file, never over the screen."""
     from fleetq.console.app import run_console  # only here: headless never loads textual
 
     try:
-        run_console(dsn, title="fleetq demo")
+        run_console(dsn, title="fleetq demo", log=say.path)
     except NotImplementedError:
         say("the console is not available in this build; waiting for the stream instead")
 

@@ -69,10 +69,17 @@ async def test_marked_jobs_are_cancelled_together(fleet: tuple[str, dict[str, in
         await pilot.pause()
         assert isinstance(app.screen, Confirm)
         assert f"Cancel 2 jobs: {ids['queued1']}, {ids['queued2']}" in str(app.screen.body)
-        await pilot.press("enter")  # Enter confirms too
+        await pilot.press("enter")  # Enter presses the focused button: No
+        await pilot.pause()
+        assert not isinstance(app.screen, Confirm)
+        assert _job(dsn, ids["queued1"])[0] == "queued"
+        await pilot.press("C")
+        await pilot.pause()
+        await pilot.press("tab", "enter")  # Tab to Yes, Enter presses it
         await until(pilot, lambda: _job(dsn, ids["queued1"])[0] == "cancelled")
         assert _job(dsn, ids["queued2"]) == ("cancelled", "operator")
         assert _job(dsn, ids["queued0"])[0] == "queued"
+        assert app.query_one(JobsView).marked == set()  # done with: marks do not linger
 
 
 async def test_n_and_escape_change_nothing(fleet: tuple[str, dict[str, int]]) -> None:

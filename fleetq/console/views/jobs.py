@@ -61,6 +61,8 @@ class JobsView(Vertical):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "Filter"),
         Binding("space", "mark", "Mark"),
+        Binding("v", "mark_range", "Mark range", show=False),
+        Binding("escape", "clear_marks", "Clear marks", show=False),
     ]
     DEFAULT_CSS = """
     JobsView #jobs-filter { display: none; }
@@ -85,6 +87,7 @@ class JobsView(Vertical):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.marked: set[JobId] = set()
+        self._anchor: JobId | None = None  # the last row marked with space (for `v`)
         self.page: JobPage | None = None
         self.where = JobFilter()
 
@@ -110,26 +113,48 @@ class JobsView(Vertical):
         key = selected_key(self.table)
         return JobId(int(key)) if key else None
 
-    def targets(self) -> list[JobId]:
-        """What an action applies to: the marked jobs, else the one under the cursor."""
+    def targets(self) -> tuple[list[JobId], int]:
+        """What an action applies to: the marked jobs on screen, else the one under the
+        cursor; and how many marked jobs the filter hides (never acted on unseen)."""
+        shown = {j.id for j in self.page.jobs} if self.page is not None else set()
         if self.marked:
-            return sorted(self.marked)
+            return sorted(self.marked & shown), len(self.marked - shown)
         job = self.selected()
-        return [job] if job is not None else []
+        return ([job] if job is not None else []), 0
+
+    def clear_marks(self) -> None:
+        """Forget every mark (after an action, or on Esc)."""
+        was, self.marked = self.marked, set()
+        for job in was:
+            if str(job) in self.table.rows:
+                self.table.update_cell(str(job), "mark", " ")
+        self._status()
 
     def show(self, page: JobPage, now: datetime) -> None:
         """Put a fresh page on screen, by key."""
         self.page = page
+        self._status()
+        sync(self.table, [self._row(job, page, now) for job in page.jobs])
+
+    def _status(self) -> None:
+        page = self.page
+        if page is None:
+            return
         shown = len(page.jobs)
         where = describe_filter(self.where) or "no filter"
         total = f"{page.total:,}+" if page.total >= COUNT_CAP else f"{page.total:,}"
-        status = f"{shown} of {total} jobs ({where})"
+        status = Text(f"{shown} of {total} jobs ({where})")
         if page.total > shown:
-            status += f" — newest {shown} shown; narrow with /"
+            status.append(f" — newest {shown} shown; narrow with /")
+        elif not shown:
+            status.append(" — nothing matches" if self.where != JobFilter() else " — no job yet")
         if self.marked:
-            status += f" — {len(self.marked)} marked"
-        self.query_one("#jobs-status", Static).update(Text(status))
-        sync(self.table, [self._row(job, page, now) for job in page.jobs])
+            _, hidden = self.targets()
+            status.append(f" — {len(self.marked)} marked", style="bold magenta")
+            if hidden:
+                status.append(f" ({hidden} hidden by the filter: not acted on)")
+            status.append("; Esc clears")
+        self.query_one("#jobs-status", Static).update(status)
 
     def tick(self, now: datetime) -> None:
         """Redraw the clock-driven cells of the rows on screen."""
@@ -172,10 +197,40 @@ class JobsView(Vertical):
         if job is None:
             return
         self.marked.symmetric_difference_update({job})
-        self.table.update_cell(
-            str(job), "mark", Text("●", style="bold magenta") if job in self.marked else " "
-        )
+        self._anchor = job if job in self.marked else None
+        self._draw_mark(job)
         self.table.action_cursor_down()
+        self._status()
+
+    def action_mark_range(self) -> None:
+        """Mark every row from the last row marked with space to the cursor."""
+        job = self.selected()
+        if job is None:
+            return
+        keys = [row.key.value for row in self.table.ordered_rows]
+        if self._anchor is None or str(self._anchor) not in keys:
+            self.action_mark()
+            return
+        a, b = sorted((keys.index(str(self._anchor)), keys.index(str(job))))
+        for key in keys[a : b + 1]:
+            if key is not None:
+                self.marked.add(JobId(int(key)))
+                self._draw_mark(JobId(int(key)))
+        self._status()
+
+    def action_clear_marks(self) -> None:
+        if self.has_class("filtering"):
+            self.remove_class("filtering")
+            self.table.focus()
+        elif self.marked:
+            self.clear_marks()
+            self.notify("marks cleared", timeout=2)
+
+    def _draw_mark(self, job: JobId) -> None:
+        if str(job) in self.table.rows:
+            self.table.update_cell(
+                str(job), "mark", Text("●", style="bold magenta") if job in self.marked else " "
+            )
 
     def action_filter(self) -> None:
         self.add_class("filtering")
@@ -194,12 +249,6 @@ class JobsView(Vertical):
         self.remove_class("filtering")
         self.table.focus()
         self.post_message(self.Filtered(where))
-
-    def on_key(self, event: object) -> None:
-        key = getattr(event, "key", "")
-        if key == "escape" and self.has_class("filtering"):
-            self.remove_class("filtering")
-            self.table.focus()
 
     @on(DataTable.RowSelected, "#jobs-table")
     def _open(self, event: DataTable.RowSelected) -> None:

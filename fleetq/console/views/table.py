@@ -18,7 +18,7 @@ def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
 
     When the keys are unchanged only changed cells are rewritten; otherwise the table is
     rebuilt and the cursor moved back to the row it was on (or kept at its index when that
-    row left)."""
+    row left). A table without a cursor keeps its scroll position instead."""
     keys = [key for key, _ in rows]
     current = [row.key.value for row in table.ordered_rows]
     if keys == current:
@@ -37,7 +37,9 @@ def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
     table.clear()
     for key, cells in rows:
         table.add_row(*cells, key=key)
-    if cursor_key is not None and cursor_key in keys:
+    if table.cursor_type == "none":
+        pass  # no cursor to keep (following the old top row's key scrolled a tail away)
+    elif cursor_key is not None and cursor_key in keys:
         table.move_cursor(row=keys.index(cursor_key), scroll=False)
     elif rows:
         table.move_cursor(row=min(cursor_row, len(rows) - 1), scroll=False)

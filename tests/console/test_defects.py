@@ -1,0 +1,103 @@
+"""Defects an operator ran into (issue 15), each with a Pilot test that failed before."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.widgets import DataTable, Static
+
+from fleetq.console.dialogs import Confirm
+from fleetq.console.messages import Hint
+from fleetq.console.views.jobs import JobsView
+from fleetq.core.db import connect
+from tests.console.conftest import SIZE, console, settled, show
+
+
+def _column(table: DataTable[Any], key: str) -> list[str]:
+    return [str(table.get_cell(row.key, key)) for row in table.ordered_rows]
+
+
+async def test_latest_events_on_the_overview_keep_up(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        table: DataTable[Any] = app.query_one("#overview-events", DataTable)
+        for round_ in range(3):
+            with connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    "INSERT INTO fleetq.events (kind) SELECT 'x' FROM generate_series(1, 30)"
+                )
+                (newest,) = conn.execute("SELECT max(id) FROM fleetq.events").fetchone()  # type: ignore[misc]
+            before = app.loads
+            app.post_message(Hint())
+            await settled(pilot, before)
+            assert table.ordered_rows[0].key.value == str(newest), round_
+            assert table.scroll_y == 0
+
+
+async def test_marks_the_filter_hides_are_never_acted_on_and_esc_clears_them(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        view = app.query_one(JobsView)
+        _cursor_to(view, ids["queued0"])
+        await pilot.press("space")
+        _cursor_to(view, ids["running"])
+        await pilot.press("space")
+        assert view.marked == {ids["queued0"], ids["running"]}
+        await pilot.press("slash", *"state:running", "enter")
+        await show(pilot, "3")
+        assert "1 hidden by the filter" in str(view.query_one("#jobs-status", Static).render())
+        await pilot.press("C")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm)
+        body = str(app.screen.body)
+        assert f"Cancel 1 job: {ids['running']}" in body
+        assert "1 marked job(s) the filter hides are left alone" in body
+        await pilot.press("n")
+        await pilot.pause()
+        await pilot.press("escape")
+        assert view.marked == set()
+        assert "marked" not in str(view.query_one("#jobs-status", Static).render())
+
+
+async def test_v_marks_a_range(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        view = app.query_one(JobsView)
+        keys = [row.key.value for row in view.table.ordered_rows]
+        view.table.move_cursor(row=1)
+        await pilot.press("space")  # marks row 1, moves to row 2
+        view.table.move_cursor(row=4)
+        await pilot.press("v")
+        assert {str(j) for j in view.marked} == set(keys[1:5])
+
+
+async def test_enter_follows_the_focused_button(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        _cursor_to(app.query_one(JobsView), ids["queued0"])
+        await pilot.press("C")
+        await pilot.pause()
+        assert isinstance(app.screen, Confirm) and app.screen.focused is not None
+        assert app.screen.focused.id == "no"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, Confirm)
+        with connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT state FROM fleetq.jobs WHERE id = $1", [ids["queued0"]]
+            ).fetchone()
+        assert row == ("queued",)
+
+
+def _cursor_to(view: JobsView, job: int) -> None:
+    view.table.move_cursor(row=view.table.get_row_index(str(job)))
