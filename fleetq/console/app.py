@@ -30,7 +30,15 @@ from textual.widgets import ContentSwitcher, Footer, Header
 from fleetq.console import screen
 from fleetq.console.dialogs import CommandLine, Confirm, DrainForm, Help
 from fleetq.console.live import Follower
-from fleetq.console.messages import Acted, DrainPreview, Health, Hint, Loaded, Missing
+from fleetq.console.messages import (
+    Acted,
+    DrainPreview,
+    Health,
+    Hint,
+    Loaded,
+    Missing,
+    OpenJob,
+)
 from fleetq.console.source import Source
 from fleetq.console.text import clean
 from fleetq.console.views.detail import DetailView
@@ -67,6 +75,7 @@ class ConsoleApp(App[None]):
             Binding(str(n), f"view('{name}')", name.capitalize(), show=n in (1, 3, 5))
             for n, name in enumerate(VIEWS, start=1)
         ),
+        Binding("escape,backspace", "go_back", "Back", show=False),
         Binding("C", "cancel_jobs", "Cancel"),
         Binding("d", "runner_state('draining')", "Drain"),
         Binding("p", "runner_state('paused')", "Pause"),
@@ -98,6 +107,7 @@ class ConsoleApp(App[None]):
         self.actor = actor or getpass.getuser()
         self.live = live
         self.current = view
+        self.history: list[str] = []  # views left, for Esc / Backspace
         self.detail_job = job
         self.where = JobFilter()
         self.stale_since: datetime | None = None
@@ -315,13 +325,20 @@ class ConsoleApp(App[None]):
 
     # ---- navigation --------------------------------------------------------------
 
-    def action_view(self, name: str) -> None:
+    def action_go_back(self) -> None:
+        """Esc / Backspace: back to the view this one was opened from."""
+        if self.history:
+            self.action_view(self.history.pop(), remember=False)
+
+    def action_view(self, name: str, remember: bool = True) -> None:
         """Switch to a view (and read it now)."""
         if name not in VIEWS:
             self.notify(
                 f"no view named {clean(name)!r}: {', '.join(VIEWS)}", severity="error", markup=False
             )
             return
+        if remember and name != self.current:
+            self.history = [*self.history, self.current][-20:]
         self.current = name
         self.query_one(ContentSwitcher).current = name
         self._show_overview()
@@ -337,8 +354,8 @@ class ConsoleApp(App[None]):
         if tables:
             tables[-1 if name == "detail" else 0].focus()
 
-    @on(JobsView.Open)
-    def _open_job(self, message: JobsView.Open) -> None:
+    @on(OpenJob)
+    def _open_job(self, message: OpenJob) -> None:
         self.detail_job = message.job_id
         self.action_view("detail")
 

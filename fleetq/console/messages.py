@@ -91,3 +91,11 @@ class Acted(Message):
         super().__init__()
         self.summary = summary
         self.error = error
+
+
+class OpenJob(Message):
+    """The operator asked for a job's detail (Enter on a job or an event)."""
+
+    def __init__(self, job_id: JobId) -> None:
+        super().__init__()
+        self.job_id = job_id

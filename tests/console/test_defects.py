@@ -101,3 +101,64 @@ async def test_enter_follows_the_focused_button(fleet: tuple[str, dict[str, int]
 
 def _cursor_to(view: JobsView, job: int) -> None:
     view.table.move_cursor(row=view.table.get_row_index(str(job)))
+
+
+async def test_the_detail_scrolls_to_its_events_and_esc_goes_back(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await show(pilot, "3")
+        _cursor_to(app.query_one(JobsView), ids["overlap"])
+        await pilot.press("enter")
+        await show(pilot, "4")
+        assert app.current == "detail"
+        events: DataTable[Any] = app.query_one("#detail-events", DataTable)
+        assert app.focused is events
+        await pilot.press("down", "down")
+        await pilot.pause()
+        # the events table's cursor row is on screen
+        row_y = events.region.y + 1 + events.cursor_row - int(events.scroll_y)
+        assert 0 <= row_y < 30 and events.region.height > 0, (events.region, row_y)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.current == "jobs"
+        await pilot.press("enter")
+        await show(pilot, "4")
+        await pilot.press("backspace")
+        await pilot.pause()
+        assert app.current == "jobs"
+
+
+async def test_the_events_filter_is_shown_an_empty_result_says_so_and_enter_opens_the_job(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        await show(pilot, "6")
+        status = app.query_one("#events-status", Static)
+        assert str(status.render()).startswith("21 of the newest 21 events")
+        await pilot.press("slash", *"nosuchword", "enter")
+        await pilot.pause()
+        assert "no event matches nosuchword" in str(status.render())
+        await pilot.press("escape")  # clears the filter
+        await pilot.pause()
+        assert str(status.render()).startswith("21 of the newest 21 events")
+        await pilot.press("slash", *"superseded", "enter")
+        await pilot.pause()
+        assert "matching superseded" in str(status.render())
+        await pilot.press("enter")
+        await show(pilot, "4")
+        assert (app.current, app.detail_job) == ("detail", ids["overlap"])
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.current == "events"
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.current == "events"  # the filter first
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.current == "overview"

@@ -6,15 +6,18 @@ from collections import deque
 from collections.abc import Iterable
 from typing import ClassVar
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.widgets import DataTable, Input
+from textual.widgets import DataTable, Input, Static
 
+from fleetq.console.messages import OpenJob
+from fleetq.console.text import plain
 from fleetq.console.views.detail import event_row
 from fleetq.console.views.table import Cell, selected_key
-from fleetq.core.models import Event
+from fleetq.core.models import Event, JobId
 
 KEEP = 2000  # events kept in the tail
 
@@ -22,10 +25,14 @@ KEEP = 2000  # events kept in the tail
 class EventsView(Vertical):
     """The newest events at the top; `/` filters (every word must match)."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("slash", "filter", "Filter")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "filter", "Filter"),
+        Binding("escape", "escape", "Clear filter / back", show=False),
+    ]
     DEFAULT_CSS = """
     EventsView #events-filter { display: none; }
     EventsView.filtering #events-filter { display: block; }
+    EventsView #events-status { height: 1; padding: 0 1; color: $text-muted; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -40,6 +47,7 @@ class EventsView(Vertical):
             placeholder="words to match, e.g. lease_expired node-a  (empty: all)",
             id="events-filter",
         )
+        yield Static(id="events-status")
         yield DataTable(id="events-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
@@ -79,6 +87,7 @@ class EventsView(Vertical):
         table.sort("id", key=lambda v: -int(str(v)))  # newest first
         if cursor is not None and cursor in table.rows:
             table.move_cursor(row=table.get_row_index(cursor), scroll=False)
+        self._status()
 
     def _add(self, events: list[Event]) -> list[int]:
         """Keep `events` in the tail (in id order, at most KEEP); returns evicted ids."""
@@ -110,6 +119,41 @@ class EventsView(Vertical):
                 table.add_row(*cells, key=key)
         if cursor is not None and cursor in table.rows:
             table.move_cursor(row=table.get_row_index(cursor), scroll=False)
+        self._status()
+
+    def _status(self) -> None:
+        """How many rows, under which filter, and a word when nothing matches."""
+        shown = self.query_one("#events-table", DataTable).row_count
+        status = Text(f"{shown} of the newest {len(self.tail)} events")
+        if self.words:
+            status.append(" matching ")
+            status.append(plain(" ".join(self.words), "bold"))
+            status.append(" (/ changes, Esc clears)")
+            if not shown:
+                status = Text("no event matches ")
+                status.append(plain(" ".join(self.words), "bold"))
+                status.append(f" among the newest {len(self.tail)} (Esc clears the filter)")
+        elif not shown:
+            status = Text("no event yet")
+        status.append("; Enter opens an event's job")
+        self.query_one("#events-status", Static).update(status)
+
+    def action_escape(self) -> None:
+        """Close the filter box, else clear the filter, else go back."""
+        if self.has_class("filtering"):
+            self.remove_class("filtering")
+            self.query_one("#events-table", DataTable).focus()
+        elif self.words:
+            self.words = []
+            self._redraw()
+        else:
+            self.app.action_go_back()  # type: ignore[attr-defined]
+
+    @on(DataTable.RowSelected, "#events-table")
+    def _open(self, event: DataTable.RowSelected) -> None:
+        found = next((e for e in self.tail if str(e.id) == event.row_key.value), None)
+        if found is not None and found.job_id is not None:
+            self.post_message(OpenJob(JobId(found.job_id)))
 
     def action_filter(self) -> None:
         self.add_class("filtering")

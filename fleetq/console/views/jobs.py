@@ -13,6 +13,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
+from fleetq.console.messages import OpenJob
 from fleetq.console.text import age, clean, duration, one_line, plain, state
 from fleetq.console.views.table import Cell, Row, selected_key, sync, visible_keys
 from fleetq.core.eligibility import Explanation
@@ -69,13 +70,6 @@ class JobsView(Vertical):
     JobsView.filtering #jobs-filter { display: block; }
     JobsView #jobs-status { height: 1; padding: 0 1; color: $text-muted; }
     """
-
-    class Open(Message):
-        """The operator asked for a job's detail."""
-
-        def __init__(self, job_id: JobId) -> None:
-            super().__init__()
-            self.job_id = job_id
 
     class Filtered(Message):
         """The operator set a new filter."""
@@ -225,6 +219,8 @@ class JobsView(Vertical):
         elif self.marked:
             self.clear_marks()
             self.notify("marks cleared", timeout=2)
+        else:
+            self.app.action_go_back()  # type: ignore[attr-defined]
 
     def _draw_mark(self, job: JobId) -> None:
         if str(job) in self.table.rows:
@@ -253,7 +249,7 @@ class JobsView(Vertical):
     @on(DataTable.RowSelected, "#jobs-table")
     def _open(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
-            self.post_message(self.Open(JobId(int(event.row_key.value))))
+            self.post_message(OpenJob(JobId(int(event.row_key.value))))
 
 
 def _lease(job: Job, now: datetime) -> Cell:
