@@ -27,8 +27,15 @@ class LeaseKeeping(RunnerBase):
         asked = dict(self.executions)
         leases = [(j, ex.claim.lease_version) for j, ex in asked.items()]
         sent = time.monotonic()
-        answers = await leasing.heartbeat(self.driver, runner=self.runner, leases=leases)
-        metrics.HEARTBEAT_LAG.set(time.monotonic() - sent)
+        self._renewal_sent: float | None = sent
+        try:
+            answers = await leasing.heartbeat(self.driver, runner=self.runner, leases=leases)
+        finally:
+            self._renewal_sent = None
+        took = time.monotonic() - sent
+        metrics.HEARTBEAT_LAG.set(took)
+        if took > self._beat_s():
+            log.warning("renewal took %.1fs (%s)", took, self._pool_use())
         for answer in answers:
             if (ex := self.executions.get(answer.job_id)) is None:
                 continue
@@ -38,6 +45,12 @@ class LeaseKeeping(RunnerBase):
                 answer.status == WriteStatus.BUSY and ex.in_transaction
             ):
                 ex.renewed_at = sent
+            elif answer.status == WriteStatus.BUSY:
+                log.warning(
+                    "lease of job=%d token=%d not renewed: another transaction holds its row",
+                    answer.job_id,
+                    ex.claim.lease_version,
+                )
         stale = [a.job_id for a in answers if a.status == WriteStatus.STALE]
         for job in stale:
             # a renewal that raced this run's own recorded outcome is benign
@@ -46,6 +59,11 @@ class LeaseKeeping(RunnerBase):
         if stale:
             await self._stop_lost(stale)
         await self._follow_state()
+
+    def _pool_use(self) -> str:
+        pool = self.kit.pool
+        busy = pool.get_size() - pool.get_idle_size()
+        return f"{busy} of {pool.get_max_size()} pooled connections in use"
 
     async def _stop_lost(self, job_ids: list[JobId]) -> None:
         """Stop local executions whose lease this runner no longer holds."""
@@ -74,13 +92,18 @@ class LeaseKeeping(RunnerBase):
         now = time.monotonic()
         for ex in list(self.executions.values()):
             if ex.stop_reason is None and rule.due(ex.renewed_at, now):
+                pending = getattr(self, "_renewal_sent", None)
                 log.warning(
                     "self-fencing job=%d token=%d: lease not renewed for %.1fs (the database "
-                    "could expire it in %.1fs)",
+                    "could expire it in %.1fs; %s; %s)",
                     ex.claim.job_id,
                     ex.claim.lease_version,
                     now - ex.renewed_at,
                     self.lease_seconds - (now - ex.renewed_at),
+                    "no renewal in flight"
+                    if pending is None
+                    else f"a renewal in flight for {now - pending:.1f}s",
+                    self._pool_use(),
                 )
                 ex.request_stop("self_fenced", grace_s=rule.grace_s)
 
