@@ -236,6 +236,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             if listener is not None:
                 await close_quietly(listener)
             raise
+        self._serving()
         return listener
 
     async def _collect(self) -> None:
@@ -295,6 +296,11 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         self.lease_seconds = int(rows[0]["lease_seconds"])
         self.offline_after_seconds = int(rows[0]["offline_after_seconds"])
         await self._follow_state()
+
+    def _serving(self) -> None:
+        """Said once start-up is complete (registered, and what an earlier process left
+        settled): a tool waiting for this line may rely on it."""
+        c = self.config
         lanes = " ".join(f"{lane}={slots}" for lane, slots in sorted(c.lanes.items()))
         log.info(
             "runner %s serving %s capabilities=%s memory_mb=%d cpus=%g state=%s",

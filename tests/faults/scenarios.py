@@ -405,12 +405,16 @@ def check(
     # for command jobs, the ones that keep records of their own; a handler cut off while
     # its connection hung did live on next to its successor, and is reported so.
     commands = {int(r[0]) for r in q("SELECT id FROM fleetq.jobs WHERE operation = 'mark'")}
-    seconds = [((w[6] - w[5]).total_seconds(), int(w[0]) in commands) for w in windows]
-    reported = max([s for s, command in seconds if command], default=0.0)
-    handler_overlap = max([s for s, command in seconds if not command], default=0.0)
+    seconds = [((w[6] - w[5]).total_seconds(), int(w[0]) in commands, bool(w[9])) for w in windows]
+    reported = max([s for s, command, _ in seconds if command], default=0.0)
+    measured = max([s for s, command, m in seconds if command and m], default=0.0)
+    handler_overlap = max([s for s, command, _ in seconds if not command], default=0.0)
     assert reported >= worst - 0.05, f"reported {reported:.3f}s, the jobs saw {worst:.3f}s"
     if overlap_bound_s is not None:
-        assert reported <= worst + 0.5, f"reported {reported:.3f}s, the jobs saw {worst:.3f}s"
+        # only a measured end is held to the jobs' records: a bounded one (the run's end
+        # seen by a restarted runner's collection after a kill -9) is an upper bound by
+        # definition, and is shown as one ("≤", "bounded")
+        assert measured <= worst + 0.5, f"reported {measured:.3f}s, the jobs saw {worst:.3f}s"
 
     # no runner ended on its own; each stopped cleanly when asked
     assert [c for c in exit_codes if c not in (0, None)] == [], exit_codes
