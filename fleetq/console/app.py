@@ -111,6 +111,7 @@ class ConsoleApp(App[None]):
         self.detail_job = job
         self.where = JobFilter()
         self.stale_since: datetime | None = None
+        self.stale_why = ""  # what the last failed read or connect said
         self.ready = False
         self.last_event: int | None = None
         self._loading = False
@@ -140,6 +141,8 @@ class ConsoleApp(App[None]):
     def on_mount(self) -> None:
         self._status()
         self._boot()
+        # the view opened on (--view) gets the keyboard at once, as one switched to does
+        self.call_after_refresh(self._focus_view, self.current)
         if self.source.clock is None:
             self.set_interval(1.0, self._tick)
 
@@ -280,6 +283,7 @@ class ConsoleApp(App[None]):
         if health.stale_since is None:
             return
         self._epoch += 1  # reads begun before this cannot clear it
+        self.stale_why = _why(health.why)
         if self.stale_since is None:
             self.stale_since = health.stale_since
             self.outages += 1
@@ -301,7 +305,11 @@ class ConsoleApp(App[None]):
     def _status(self) -> None:
         self.screen_stack[0].set_class(self.stale_since is not None, "stale")
         if self.stale_since is not None:
-            self.sub_title = f"STALE since {self.stale_since:%H:%M:%S}: reconnecting, actions off"
+            self.sub_title = (
+                f"STALE since {self.stale_since:%H:%M:%S}: {self.stale_why or 'connection lost'}"
+                " · reconnecting, actions off"
+            )
+            self.query_one(OverviewView).stale(self.stale_since, self.stale_why)
         else:
             mode = "read-only" if self.readonly else f"acting as {self.actor}"
             self.sub_title = (
@@ -416,24 +424,28 @@ class ConsoleApp(App[None]):
     # ---- actions -----------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Actions are hidden read-only and outside their view, and off while stale."""
+        """Actions are hidden read-only and outside their view. While stale they stay
+        shown and say why they do nothing (a dimmed key gave no feedback at all)."""
         if action not in ACTIONS:
             return True
         if self.readonly:
             return False
-        if action == "cancel_jobs" and self.current not in ("jobs", "detail"):
-            return False
-        if action == "runner_state" and self.current != "runners":
-            return False
-        return None if self.stale_since is not None or not self.ready else True
+        return self.current in _ACTION_VIEWS[action]
 
     def _acting_allowed(self, action: str) -> bool:
-        allowed = self.check_action(action, ())
-        if allowed is None:
-            self.notify(
-                "not connected: actions wait until the console has resynced", severity="warning"
-            )
-        return bool(allowed)
+        """Whether `action` may run now; if not, say why (keys and the palette alike)."""
+        views = _ACTION_VIEWS[action]
+        if self.readonly:
+            why = "read-only console (--readonly): actions are off"
+        elif self.current not in views:
+            where = " and ".join(f"the {VIEWS_TITLE[v]} view ({VIEWS.index(v) + 1})" for v in views)
+            why = f"{_ACTION_NAMES[action]} works in {where}"
+        elif self.stale_since is not None or not self.ready:
+            why = "not connected: actions wait until the console has resynced"
+        else:
+            return True
+        self.notify(why, severity="warning", markup=False)
+        return False
 
     def action_cancel_jobs(self) -> None:
         """Cancel the marked jobs (or the selected one), after a confirmation."""
@@ -498,6 +510,16 @@ class ConsoleApp(App[None]):
             self.notify("no runner selected", severity="warning")
             return
         target = RunnerState(state)
+        current = self.query_one(RunnersView).state_of(runner)
+        if current == target or (target == RunnerState.DRAINING and current == RunnerState.DRAINED):
+            # nothing to change, and an operator's recorded reason must not be overwritten
+            self.notify(
+                f"{clean(runner)} is already {current.value}", severity="warning", markup=False
+            )
+            return
+        if target == RunnerState.ACTIVE and current is None:
+            self.notify(f"{clean(runner)} is offline", severity="warning", markup=False)
+            return
         if target == RunnerState.DRAINING:
             self._preview_drain(runner)
             return
@@ -545,6 +567,32 @@ class ConsoleApp(App[None]):
         )
         if not acted.error:
             self.post_message(Hint())
+
+
+_ACTION_VIEWS: dict[str, tuple[str, ...]] = {
+    "cancel_jobs": ("jobs", "detail"),
+    "runner_state": ("runners",),
+}
+_ACTION_NAMES = {"cancel_jobs": "cancel", "runner_state": "drain, pause and resume"}
+
+
+def _why(text: str) -> str:
+    """A connection error, said in a few words for the title bar."""
+    low = text.lower()
+    for needle, words in (
+        ("password authentication failed", "authentication failed"),
+        ("authentication", "authentication failed"),
+        ("connection refused", "connection refused"),
+        ("schema", "schema missing or out of date: run `fleetq migrate`"),
+        ("does not exist", "database missing"),
+        ("starting up", "the database is starting up"),
+        ("shutting down", "the database is shutting down"),
+        ("timed out", "timed out"),
+        ("did not answer in time", "timed out"),
+    ):
+        if needle in low:
+            return words
+    return clean(text).split("\n")[0][:80]
 
 
 VIEWS_TITLE = {

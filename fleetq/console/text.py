@@ -50,8 +50,9 @@ def duration(seconds: float | None) -> str:
 
 
 def age(then: datetime | None, now: datetime) -> str:
-    """How long ago `then` was, by the database's clock."""
-    return "-" if then is None else duration((now - then).total_seconds())
+    """How long ago `then` was, by the database's clock (never negative: a heartbeat
+    written after the read that dated the screen is simply 'now')."""
+    return "-" if then is None else duration(max(0.0, (now - then).total_seconds()))
 
 
 def bar(used: int, total: int, width: int = 10) -> Text:

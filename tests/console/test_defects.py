@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from textual.widgets import DataTable, Static
 
 from fleetq.console.dialogs import Confirm
-from fleetq.console.messages import Hint
+from fleetq.console.messages import Health, Hint
 from fleetq.console.views.jobs import JobsView
 from fleetq.core.db import connect
-from tests.console.conftest import SIZE, console, settled, show
+from tests.console.conftest import SIZE, console, settled, show, until
 
 
 def _column(table: DataTable[Any], key: str) -> list[str]:
@@ -162,3 +163,68 @@ async def test_the_events_filter_is_shown_an_empty_result_says_so_and_enter_open
         await pilot.press("escape")
         await pilot.pause()
         assert app.current == "overview"
+
+
+async def test_stale_overview_never_says_all_clear(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        app.post_message(Health(datetime.now().astimezone(), why="connection refused"))
+        await until(pilot, lambda: app.stale_since is not None)
+        alerts = str(app.query_one("#alerts", Static).render())
+        assert "not connected since" in alerts and "connection refused" in alerts
+        assert "all clear" not in alerts
+        assert "connection refused" in app.sub_title
+
+
+async def test_the_view_opened_on_has_the_keyboard(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn, readonly=True, view="jobs")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.ready and not app.busy)
+        await pilot.pause()
+        view = app.query_one(JobsView)
+        assert app.focused is view.table
+        await pilot.press("slash")
+        assert view.has_class("filtering")
+
+
+async def test_actions_outside_their_view_say_where_they_work(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        app.action_cancel_jobs()  # as the palette calls it
+        app.action_runner_state("paused")
+        await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+        assert any(
+            "cancel works in the jobs view (3) and the job detail view (4)" in m for m in said
+        )
+        assert any("drain, pause and resume works in the runners view (5)" in m for m in said)
+
+
+async def test_resume_on_an_active_runner_changes_nothing(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "5")
+        table: DataTable[Any] = app.query_one("#runners-table", DataTable)
+        table.move_cursor(row=table.get_row_index("build-1/r1"))
+        await pilot.press("u")
+        await pilot.pause()
+        assert not isinstance(app.screen, Confirm)
+        assert any("already active" in str(n.message) for n in app._notifications)
+
+
+async def test_a_heartbeat_newer_than_the_screens_clock_is_not_a_negative_age() -> None:
+    from fleetq.console.text import age
+
+    now = datetime(2026, 1, 1, 12, 0, 0)
+    assert age(now + timedelta(milliseconds=344), now) == age(now, now)
+    assert not age(now + timedelta(milliseconds=344), now).startswith("-")

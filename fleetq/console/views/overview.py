@@ -51,6 +51,14 @@ def alert_strip(overview: Overview, now: datetime) -> Text:
     return text
 
 
+def stale_strip(since: datetime, why: str) -> Text:
+    """While the console cannot read, the alerts are unknown: never 'all clear'."""
+    text = Text(f"▲ not connected since {since:%H:%M:%S}", style="bold red")
+    text.append(plain(f" ({why})" if why else ""))
+    text.append(": alerts unknown; what is shown is the last read")
+    return text
+
+
 class OverviewView(Vertical):
     """The fleet at a glance."""
 
@@ -95,6 +103,10 @@ class OverviewView(Vertical):
         recent: DataTable[Cell] = self.query_one("#overview-events", DataTable)
         for name in ("at", "kind", "job", "token", "runner"):
             recent.add_column(name, key=name)
+
+    def stale(self, since: datetime, why: str) -> None:
+        """The console lost the database: say so where 'all clear' would be."""
+        self.query_one("#alerts", Static).update(stale_strip(since, why))
 
     def show(self, overview: Overview, now: datetime, recent: list[Event]) -> None:
         """Put a fresh overview (and the newest events, newest first) on screen."""

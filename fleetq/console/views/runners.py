@@ -11,7 +11,7 @@ from textual.widgets import DataTable
 
 from fleetq.console.text import age, bar, plain, state
 from fleetq.console.views.table import Cell, selected_key, sync, visible_keys
-from fleetq.core.models import Runner
+from fleetq.core.models import Runner, RunnerState
 
 COLUMNS = (
     ("runner", "runner"),
@@ -42,6 +42,11 @@ class RunnersView(Vertical):
         table: DataTable[Cell] = self.query_one("#runners-table", DataTable)
         for key, label in COLUMNS:
             table.add_column(label, key=key)
+
+    def state_of(self, runner: str) -> RunnerState | None:
+        """The runner's state as last read (None: offline or unknown)."""
+        found = next((r for r in self.runners if r.id == runner), None)
+        return None if found is None or found.offline else found.state
 
     def selected(self) -> str | None:
         """The runner under the cursor."""
