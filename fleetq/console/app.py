@@ -45,13 +45,14 @@ from fleetq.console.views.detail import DetailView
 from fleetq.console.views.events import EventsView
 from fleetq.console.views.jobs import JobsView
 from fleetq.console.views.lanes import LanesView
+from fleetq.console.views.overlaps import OverlapsView
 from fleetq.console.views.overview import OverviewView
 from fleetq.console.views.runners import RunnersView
 from fleetq.core.errors import FleetqError, NotFound
 from fleetq.core.models import JobId, RunnerState
 from fleetq.core.views import JobFilter, Overview
 
-VIEWS = ("overview", "lanes", "jobs", "detail", "runners", "events")
+VIEWS = ("overview", "lanes", "jobs", "detail", "runners", "events", "overlaps")
 ACTIONS = frozenset({"cancel_jobs", "runner_state"})
 EVENT_BATCH = 1000
 EVENT_LOOKBACK = 200  # ids re-read behind the newest seen (late commits)
@@ -72,7 +73,7 @@ class ConsoleApp(App[None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         *(
-            Binding(str(n), f"view('{name}')", name.capitalize(), show=n in (1, 3, 5))
+            Binding(str(n), f"view('{name}')", name.capitalize())
             for n, name in enumerate(VIEWS, start=1)
         ),
         Binding("escape,backspace", "go_back", "Back", show=False),
@@ -136,6 +137,7 @@ class ConsoleApp(App[None]):
             yield DetailView(id="detail")
             yield RunnersView(id="runners")
             yield EventsView(id="events")
+            yield OverlapsView(id="overlaps")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -189,6 +191,7 @@ class ConsoleApp(App[None]):
             at = await self.source.now()
             overview = await self.source.overview(at)
             page = await self.source.page(self.where, at) if self.current == "jobs" else None
+            overlaps = await self.source.overlaps() if self.current == "overlaps" else None
             detail = None
             if self.current == "detail" and self.detail_job is not None:
                 try:
@@ -212,7 +215,9 @@ class ConsoleApp(App[None]):
             self.post_message(Health(datetime.now().astimezone(), why=why))
             self.post_message(Loaded.failed(epoch))
             return
-        self.post_message(Loaded(overview, page, detail, events, resync=full, epoch=epoch))
+        self.post_message(
+            Loaded(overview, page, detail, events, resync=full, epoch=epoch, overlaps=overlaps)
+        )
 
     @property
     def busy(self) -> bool:
@@ -238,6 +243,8 @@ class ConsoleApp(App[None]):
         self._show_overview()
         if loaded.page is not None and self.current == "jobs" and loaded.page.where == self.where:
             self.query_one(JobsView).show(loaded.page, overview.now)
+        if loaded.overlaps is not None and self.current == "overlaps":
+            self.query_one(OverlapsView).show(loaded.overlaps, overview.now)
         detail = loaded.detail
         if detail is not None and self.current == "detail" and detail.job.id == self.detail_job:
             self.query_one(DetailView).show(detail, overview.now)
@@ -602,6 +609,7 @@ VIEWS_TITLE = {
     "detail": "job detail",
     "runners": "runners",
     "events": "events",
+    "overlaps": "overlaps",
 }
 
 

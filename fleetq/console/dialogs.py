@@ -131,11 +131,14 @@ class DrainForm(ModalScreen[str | None]):
 
 
 HELP = """\
-Views        1 overview   2 lanes   3 jobs   4 job detail   5 runners   6 events
-             :name switches too (:overview :lanes :jobs :runners :events :quit),
-             :job 42 (or :42) opens a job's detail
-Jobs         / filter (lane: state: project: runner:)   space mark   Enter open detail
-Events       / filter by words
+Views        1 overview  2 lanes  3 jobs  4 job detail  5 runners  6 events  7 overlaps
+             :name switches too (:overview :lanes :jobs :runners :events :overlaps :quit),
+             :job 42 (or :42) opens a job's detail;  Esc or Backspace goes back
+Moving       arrows or j/k, PageUp/PageDown, g/Home first row, G/End last row
+Jobs         / filter (lane: state: project: runner:)   space mark   v mark a range
+             Esc closes the filter, then clears the marks   Enter open detail
+Events       / filter by words (Esc clears it)   Enter opens the event's job
+Overlaps     every window two executions of one job ran at once; Enter opens the job
 Actions      C cancel the marked jobs (or the one under the cursor)
              d drain   p pause   u resume the runner under the cursor (view 5)
              every action asks first: y/Enter yes, n/Esc no; hidden with --readonly

@@ -8,6 +8,7 @@ from datetime import datetime
 from textual.message import Message
 
 from fleetq.core.models import Event, JobId
+from fleetq.core.stats import Overlap
 from fleetq.core.views import JobDetail, JobPage, Overview
 
 
@@ -35,9 +36,11 @@ class Loaded(Message):
         *,
         resync: bool,
         epoch: int,
+        overlaps: list[Overlap] | None = None,
     ) -> None:
         super().__init__()
         self.epoch = epoch  # the outage count when the read began
+        self.overlaps = overlaps
         self.overview = overview
         self.page = page
         self.detail = detail

@@ -12,10 +12,11 @@ from datetime import datetime
 
 import asyncpg
 
-from fleetq.core import eligibility, fleet, migrate, producer, readers, views
+from fleetq.core import eligibility, fleet, migrate, producer, readers, stats, views
 from fleetq.core.db import as_uri
 from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg
 from fleetq.core.models import CancelResult, Event, JobId, JobState, RunnerState
+from fleetq.core.stats import Overlap
 from fleetq.core.views import JobDetail, JobFilter, JobPage, Overview
 
 PAGE = 500  # jobs listed at once; the filter narrows beyond that
@@ -70,6 +71,10 @@ class Source:
     async def detail(self, job_id: JobId, at: datetime) -> JobDetail:
         """The job detail view."""
         return await views.job_detail(self._db, job_id, at=at)
+
+    async def overlaps(self) -> list[Overlap]:
+        """Every overlap window, oldest first."""
+        return await stats.overlaps(self._db)
 
     async def events(self, after: int | None, limit: int = 500) -> list[Event]:
         """New events after an id (or the newest `limit` on first load)."""

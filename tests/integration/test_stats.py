@@ -44,14 +44,21 @@ async def test_overlap_windows(driver: Driver, sync_conn: SyncConnection) -> Non
     measured = factories.job(sync_conn, state="succeeded")
     _execution(sync_conn, measured, 1, a, "0 s", "25 s", confirmed=True, measured=True)
     _execution(sync_conn, measured, 2, b, "20 s", "60 s", exit_code=0, measured=True)
+    # a killed runner's run, closed by its successor's collection long after it really
+    # ended (bounded), "outlives" a newer run whose own end was measured: the window
+    # exists only because of the bounded end, so it is bounded too
+    killed = factories.job(sync_conn, state="succeeded")
+    _execution(sync_conn, killed, 1, a, "0 s", "30 s", confirmed=True)
+    _execution(sync_conn, killed, 2, b, "20 s", "25 s", exit_code=0, measured=True)
     apart = factories.job(sync_conn, state="succeeded")
     _execution(sync_conn, apart, 1, a, "0 s", "10 s", confirmed=True)
     _execution(sync_conn, apart, 2, b, "10 s", "20 s", exit_code=0)  # touching is not overlap
 
     found: dict[int, stats.Overlap] = {o.job_id: o for o in await stats.overlaps(driver)}
-    assert set(found) == {closed, still_open, measured}
+    assert set(found) == {closed, still_open, measured, killed}
     # an end recorded late (say, after a partition) only bounds the window from above
     assert not found[closed].end_measured and found[measured].end_measured
+    assert not found[killed].end_measured
     window = found[closed]
     assert (window.older_token, window.newer_token, window.open, window.end_confirmed) == (
         1,
@@ -65,7 +72,7 @@ async def test_overlap_windows(driver: Driver, sync_conn: SyncConnection) -> Non
     assert [o.job_id for o in await stats.overlaps(driver, open_only=True)] == [still_open]
     assert [o.job_id for o in await stats.overlaps(driver, job_id=JobId(closed))] == [closed]
     figures = await stats.stats(driver)
-    assert (figures.duplicate_execution_incidents, figures.open_overlaps) == (3, 1)
+    assert (figures.duplicate_execution_incidents, figures.open_overlaps) == (4, 1)
 
 
 async def test_stats_for_one_project(driver: Driver, sync_conn: SyncConnection) -> None:

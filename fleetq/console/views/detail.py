@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Static
 
 from fleetq.console import timeline
 from fleetq.console.text import age, duration, one_line, plain, state
-from fleetq.console.views.table import Cell, sync
+from fleetq.console.views.table import Cell, Table, sync
 from fleetq.core.models import Event, JobState
 from fleetq.core.views import JobDetail
 
@@ -56,13 +56,13 @@ class DetailView(VerticalScroll):
         )
         yield Static("eligibility", classes="title")
         yield Static(id="detail-summary")
-        yield DataTable(id="detail-eligibility", cursor_type="row", zebra_stripes=True)
+        yield Table(id="detail-eligibility", cursor_type="row", zebra_stripes=True)
         yield Static("lease timeline", classes="title")
         yield Static(id="detail-timeline")
         yield Static("output (tail)", classes="title")
         yield Static(id="detail-output")
         yield Static("events", classes="title")
-        yield DataTable(id="detail-events", cursor_type="row", zebra_stripes=True)
+        yield Table(id="detail-events", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         self.query_one("#detail-eligibility", DataTable).add_columns("runner", "node", "verdict")

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Input, Static
 from fleetq.console.messages import OpenJob
 from fleetq.console.text import plain
 from fleetq.console.views.detail import event_row
-from fleetq.console.views.table import Cell, selected_key
+from fleetq.console.views.table import Cell, Table, selected_key
 from fleetq.core.models import Event, JobId
 
 KEEP = 2000  # events kept in the tail
@@ -48,7 +48,7 @@ class EventsView(Vertical):
             id="events-filter",
         )
         yield Static(id="events-status")
-        yield DataTable(id="events-table", cursor_type="row", zebra_stripes=True)
+        yield Table(id="events-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         table: DataTable[Cell] = self.query_one("#events-table", DataTable)

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Input, Static
 
 from fleetq.console.messages import OpenJob
 from fleetq.console.text import age, clean, duration, one_line, plain, state
-from fleetq.console.views.table import Cell, Row, selected_key, sync, visible_keys
+from fleetq.console.views.table import Cell, Row, Table, selected_key, sync, visible_keys
 from fleetq.core.eligibility import Explanation
 from fleetq.core.models import Job, JobId, JobState
 from fleetq.core.views import COUNT_CAP, JobFilter, JobPage
@@ -23,17 +23,20 @@ from fleetq.core.views import COUNT_CAP, JobFilter, JobPage
 COLUMNS = (
     ("mark", " "),
     ("id", "id"),
-    ("lane", "lane"),
-    ("project", "project"),
-    ("commit", "commit"),
     ("state", "state"),
+    ("job", "project/operation"),
+    ("commit", "commit"),
+    ("age", "age"),
+    ("lease", "lease"),
     ("owner", "owner"),
     ("token", "token"),
-    ("lease", "lease"),
     ("lost", "lost/reassigned"),
-    ("age", "age"),
+    ("lane", "lane"),
     ("why", "reason"),
 )
+# what a narrow terminal shows (`w` toggles): nothing an operator acts on is cut off
+NARROW = ("mark", "id", "state", "job", "commit", "age", "lease", "why")
+WIDE_FROM = 150  # columns of terminal from which every column is shown
 KEYS = ("lane", "state", "project", "runner")
 
 
@@ -64,6 +67,7 @@ class JobsView(Vertical):
         Binding("space", "mark", "Mark"),
         Binding("v", "mark_range", "Mark range", show=False),
         Binding("escape", "clear_marks", "Clear marks", show=False),
+        Binding("w", "wide", "Wide", show=False),
     ]
     DEFAULT_CSS = """
     JobsView #jobs-filter { display: none; }
@@ -82,6 +86,9 @@ class JobsView(Vertical):
         super().__init__(id=id)
         self.marked: set[JobId] = set()
         self._anchor: JobId | None = None  # the last row marked with space (for `v`)
+        self.wide: bool | None = None  # None: by the terminal's width; `w` decides
+        self.columns: tuple[str, ...] = ()
+        self._now: datetime | None = None
         self.page: JobPage | None = None
         self.where = JobFilter()
 
@@ -91,12 +98,34 @@ class JobsView(Vertical):
             id="jobs-filter",
         )
         yield Static(id="jobs-status")
-        yield DataTable(id="jobs-table", cursor_type="row", zebra_stripes=True)
+        yield Table(id="jobs-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
-        table: DataTable[Cell] = self.query_one("#jobs-table", DataTable)
+        self._set_columns()
+
+    def on_resize(self) -> None:
+        if self._set_columns() and self.page is not None and self._now is not None:
+            self.show(self.page, self._now)
+
+    def action_wide(self) -> None:
+        """Every column, or the narrow set, whatever the terminal's width."""
+        self.wide = self.columns != tuple(k for k, _ in COLUMNS)
+        if self._set_columns() and self.page is not None and self._now is not None:
+            self.show(self.page, self._now)
+
+    def _set_columns(self) -> bool:
+        """(Re)build the columns for the width; True when they changed."""
+        wide = self.wide if self.wide is not None else self.app.size.width >= WIDE_FROM
+        keys = tuple(k for k, _ in COLUMNS if wide or k in NARROW)
+        if keys == self.columns:
+            return False
+        self.columns = keys
+        table = self.table
+        table.clear(columns=True)
         for key, label in COLUMNS:
-            table.add_column(label, key=key)
+            if key in keys:
+                table.add_column(label, key=key)
+        return True
 
     @property
     def table(self) -> DataTable[Cell]:
@@ -127,6 +156,7 @@ class JobsView(Vertical):
     def show(self, page: JobPage, now: datetime) -> None:
         """Put a fresh page on screen, by key."""
         self.page = page
+        self._now = now
         self._status()
         sync(self.table, [self._row(job, page, now) for job in page.jobs])
 
@@ -168,23 +198,21 @@ class JobsView(Vertical):
         elif job.failure_reason:
             why = plain(one_line(job.failure_reason, 70), "dim")
         label = job.state.value + (" (stop pending)" if job.stop_pending else "")
-        return (
-            str(job.id),
-            [
-                Text("●", style="bold magenta") if job.id in self.marked else " ",
-                str(job.id),
-                plain(job.lane),
-                plain(job.project),
-                job.commit_sha[:10],
-                state(job.state.value, suffix=label[len(job.state.value) :]),
-                plain(job.lease_owner or job.reserved_on or ""),
-                str(job.lease_version),
-                _lease(job, now),
-                f"{job.lost_count}/{job.reassign_count}",
-                age(job.created_at, now),
-                why,
-            ],
-        )
+        cells: dict[str, Cell] = {
+            "mark": Text("●", style="bold magenta") if job.id in self.marked else " ",
+            "id": str(job.id),
+            "state": state(job.state.value, suffix=label[len(job.state.value) :]),
+            "job": plain(f"{job.project}/{job.operation}"),
+            "commit": job.commit_sha[:10],
+            "age": age(job.created_at, now),
+            "lease": _lease(job, now),
+            "owner": plain(job.lease_owner or job.reserved_on or ""),
+            "token": str(job.lease_version),
+            "lost": f"{job.lost_count}/{job.reassign_count}",
+            "lane": plain(job.lane),
+            "why": why,
+        }
+        return str(job.id), [cells[k] for k in self.columns]
 
     def action_mark(self) -> None:
         job = self.selected()

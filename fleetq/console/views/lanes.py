@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable
 
 from fleetq.console.text import age, bar, plain
-from fleetq.console.views.table import Cell, sync
+from fleetq.console.views.table import Cell, Table, sync
 from fleetq.core.views import LaneRow, Overview
 
 COLUMNS = (
@@ -29,7 +29,7 @@ class LanesView(Vertical):
     """Every lane, one row each."""
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="lanes-table", cursor_type="row", zebra_stripes=True)
+        yield Table(id="lanes-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         table: DataTable[Cell] = self.query_one("#lanes-table", DataTable)

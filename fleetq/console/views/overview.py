@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Static
 
 from fleetq.console.text import STATE_STYLES, age, duration, plain, sparkline, state
 from fleetq.console.views.lanes import show_lanes
-from fleetq.console.views.table import Cell, sync
+from fleetq.console.views.table import Cell, Table, sync
 from fleetq.core.models import Event
 from fleetq.core.views import THROUGHPUT_BUCKET_S, Overview
 
@@ -73,9 +73,7 @@ class OverviewView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="alerts")
-        table: DataTable[Cell] = DataTable(
-            id="overview-lanes", cursor_type="row", zebra_stripes=True
-        )
+        table: DataTable[Cell] = Table(id="overview-lanes", cursor_type="row", zebra_stripes=True)
         table.border_title = "lanes"
         yield table
         with Horizontal(id="figures"):
@@ -83,10 +81,10 @@ class OverviewView(Vertical):
             yield Static(id="throughput", classes="panel")
             yield Static(id="fleet", classes="panel")
         with Horizontal(id="below"):
-            runners: DataTable[Cell] = DataTable(id="overview-runners", cursor_type="none")
+            runners: DataTable[Cell] = Table(id="overview-runners", cursor_type="none")
             runners.border_title = "runners"
             yield runners
-            recent: DataTable[Cell] = DataTable(id="overview-events", cursor_type="none")
+            recent: DataTable[Cell] = Table(id="overview-events", cursor_type="none")
             recent.border_title = "latest events"
             yield recent
 

@@ -9,14 +9,14 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable
 
-from fleetq.console.text import age, bar, plain, state
-from fleetq.console.views.table import Cell, selected_key, sync, visible_keys
+from fleetq.console.text import age, bar, one_line, plain, state
+from fleetq.console.views.table import Cell, Table, selected_key, sync, visible_keys
 from fleetq.core.models import Runner, RunnerState
 
 COLUMNS = (
     ("runner", "runner"),
-    ("node", "node"),
     ("state", "state"),
+    ("why", "state reason · actor · since"),
     ("heartbeat", "heartbeat"),
     ("jobs", "jobs"),
     ("lanes", "lanes (used/slots)"),
@@ -24,7 +24,7 @@ COLUMNS = (
     ("cpu", "CPUs reserved"),
     ("caps", "capabilities"),
     ("stale", "stale rejections"),
-    ("why", "state reason · actor · since"),
+    ("node", "node"),
 )
 
 
@@ -36,7 +36,7 @@ class RunnersView(Vertical):
         self.runners: list[Runner] = []
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="runners-table", cursor_type="row", zebra_stripes=True)
+        yield Table(id="runners-table", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         table: DataTable[Cell] = self.query_one("#runners-table", DataTable)
@@ -70,7 +70,7 @@ def _cells(r: Runner, now: datetime) -> list[Cell]:
     lanes = ", ".join(f"{lane} {used}/{slots}" for lane, (slots, used) in sorted(r.lanes.items()))
     shown = "offline" if r.offline else r.state.value
     why = Text()
-    why.append(plain(r.state_reason or "-"))
+    why.append(plain(one_line(r.state_reason or "-", 48)))
     why.append(" · ")
     why.append(plain(r.state_actor or "-"))
     why.append(f" · {age(r.state_changed_at, now)} ago", style="dim")

@@ -3,14 +3,38 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.cells import cell_len
 from rich.text import Text
+from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
 Cell = Text | str
 Row = tuple[str, Sequence[Cell]]
+
+
+class Table(DataTable[Cell]):
+    """A DataTable with the movement keys of k9s, less and vi: j/k, g/Home to the first
+    row, G/End to the last (DataTable's own Home and End scrolled sideways)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+        Binding("g,home", "first_row", "First row", show=False),
+        Binding("G,end", "last_row", "Last row", show=False),
+    ]
+
+    def action_first_row(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=0)
+        self.scroll_home(animate=False)
+
+    def action_last_row(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=self.row_count - 1)
+        self.scroll_end(animate=False, x_axis=False)
 
 
 def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:

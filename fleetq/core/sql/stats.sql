@@ -6,8 +6,10 @@
 -- its end was recorded; an open end means it may still run. The window's end is
 -- "confirmed" when the execution that ends it has a recorded end: an outcome, or a stop
 -- the runner confirmed (process group gone); "measured" when that end was dated from
--- the runner's own clock of the exit, else it is only an upper bound (the time the end
--- was recorded), and so is the window's length.
+-- the runner's own clock of the exit, and so was the older execution's end if it has
+-- one (a bounded older end, e.g. a killed runner's run closed by its successor's
+-- collection, may really lie before the newer launch: then there was no overlap at all).
+-- Otherwise the window's length is only an upper bound.
 -- $1 only windows still open, $2 one job (NULL: every job), $3 one project (NULL: all)
 SELECT a.job_id,
        a.lease_version AS older_token, b.lease_version AS newer_token,
@@ -23,7 +25,7 @@ SELECT a.job_id,
             ELSE b.stop_confirmed OR b.exit_code IS NOT NULL END AS end_confirmed,
        CASE WHEN a.ended_at IS NULL AND b.ended_at IS NULL THEN false
             WHEN b.ended_at IS NULL OR a.ended_at <= b.ended_at THEN a.end_measured
-            ELSE b.end_measured END AS end_measured,
+            ELSE b.end_measured AND (a.ended_at IS NULL OR a.end_measured) END AS end_measured,
        a.stop_reason AS older_stop_reason
 FROM fleetq.executions a
 JOIN fleetq.executions b
