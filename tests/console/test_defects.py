@@ -228,3 +228,57 @@ async def test_a_heartbeat_newer_than_the_screens_clock_is_not_a_negative_age() 
     now = datetime(2026, 1, 1, 12, 0, 0)
     assert age(now + timedelta(milliseconds=344), now) == age(now, now)
     assert not age(now + timedelta(milliseconds=344), now).startswith("-")
+
+
+async def test_the_overlaps_view_lists_closed_windows_and_opens_their_job(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "7")
+        table: DataTable[Any] = app.query_one("#overlaps-table", DataTable)
+        jobs = _column(table, "job")
+        assert str(ids["overlap"]) in jobs  # closed: gone from the overview's alerts
+        row = table.get_row_index(
+            next(
+                r.key
+                for r in table.ordered_rows
+                if str(table.get_cell(r.key, "job")) == str(ids["overlap"])
+            )
+        )
+        assert "end confirmed" in str(table.get_row_at(row)[-1])
+        table.move_cursor(row=row)
+        await pilot.press("enter")
+        await show(pilot, "4")
+        assert (app.current, app.detail_job) == ("detail", ids["overlap"])
+
+
+async def test_vi_and_less_keys_move_the_cursor(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        table = app.query_one(JobsView).table
+        await pilot.press("j", "j", "k")
+        assert table.cursor_row == 1
+        await pilot.press("G")
+        assert table.cursor_row == table.row_count - 1
+        await pilot.press("home")
+        assert table.cursor_row == 0 and table.scroll_x == 0
+
+
+async def test_a_narrow_terminal_keeps_age_and_reason_and_w_shows_everything(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await show(pilot, "3")
+        view = app.query_one(JobsView)
+        assert view.columns == ("mark", "id", "state", "job", "commit", "age", "lease", "why")
+        assert str(view.table.get_cell(str(ids["running"]), "job")) == "tools/lint"
+        await pilot.press("w")
+        await pilot.pause()
+        assert "owner" in view.columns and "lane" in view.columns
+        assert str(view.table.get_cell(str(ids["running"]), "token")) == "1"

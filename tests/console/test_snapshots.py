@@ -59,6 +59,7 @@ CASES: dict[str, tuple[dict[str, Any], Steps]] = {
     "detail_unplaceable": ({"job": 3, "view": "detail"}, _view("4")),
     "runners": ({}, _view("5")),
     "events": ({}, _view("6")),
+    "overlaps": ({}, _view("7")),
     "confirm_cancel": ({}, _confirm_cancel),
     "drain": ({}, _drain),
     "help": ({}, _help),
