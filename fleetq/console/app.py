@@ -122,7 +122,12 @@ class ConsoleApp(App[None]):
         self.overview: Overview | None = None
         self.outages = 0  # times the console went stale
         self._epoch = 0  # bumped by each reported outage
-        self.follower = Follower(dsn, self.post_message, resync_s=resync_s)
+        self.follower = Follower(
+            dsn,
+            self.post_message,
+            resync_s=resync_s,
+            watching=lambda: self.detail_job if self.current == "detail" else None,
+        )
         if title:
             self.title = title
 

@@ -40,12 +40,14 @@ class Follower:
         coalesce_s: float = 0.15,
         resync_s: float = 5.0,
         backoff_s: tuple[float, float] = (0.25, 5.0),
+        watching: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.dsn = dsn
         self.post = post
         self.coalesce_s = coalesce_s
         self.resync_s = resync_s
         self.backoff_s = backoff_s
+        self.watching = watching  # the job whose output is on screen (fleetq_output)
         self.connected = asyncio.Event()
 
     async def follow(self) -> None:
@@ -77,6 +79,14 @@ class Follower:
             conn.add_termination_listener(lambda _c: lost.set())
             for channel in CHANNELS:
                 await conn.add_listener(channel, lambda *_args: woken.set())
+
+            def output(_c: object, _pid: int, _channel: str, job: object) -> None:
+                # a running job ships output every half second: only the one on screen
+                # is worth a read
+                if job == str(self.watching()):
+                    woken.set()
+
+            await conn.add_listener("fleetq_output", output)
             self.connected.set()
             self.post(Hint(resync=True))  # listening first, then the snapshot
             # The safety-net resync runs on its own clock: a steady stream of

@@ -13,6 +13,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict
 
 from fleetq.core import eligibility, fleet, queries, readers, stats
+from fleetq.core import output as job_output
 from fleetq.core.driver import Driver
 from fleetq.core.models import Event, Job, JobId, JobState, Runner
 
@@ -134,6 +135,7 @@ class JobDetail(_View):
     events: list[Event]
     lease_seconds: int
     output: str | None  # the recorded log tail, untrusted text
+    runs_output: list[job_output.RunOutput] = []  # the newest shipped output, by run
 
 
 async def now(driver: Driver) -> datetime:
@@ -225,4 +227,5 @@ async def job_detail(driver: Driver, job_id: JobId, *, at: datetime | None = Non
         events=await readers.events(driver, job_id=job_id, limit=500),
         lease_seconds=int(lease["lease_seconds"]),
         output=str(output[0]["log_tail"]) if output else None,
+        runs_output=await job_output.newest(driver, job_id),
     )

@@ -282,3 +282,35 @@ async def test_a_narrow_terminal_keeps_age_and_reason_and_w_shows_everything(
         await pilot.pause()
         assert "owner" in view.columns and "lane" in view.columns
         assert str(view.table.get_cell(str(ids["running"]), "token")) == "1"
+
+
+def _ship(dsn: str, job: int, token: int, seq: int, text: str) -> None:
+    """A chunk of a run's output, as its runner ships it (with the NOTIFY it sends)."""
+    with connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO fleetq.job_output (job_id, lease_version, seq, data) "
+            "VALUES ($1, $2, $3, $4)",
+            [job, token, seq, text.encode()],
+        )
+        conn.execute("SELECT pg_notify('fleetq_output', $1)", [str(job)])
+
+
+async def test_the_detail_follows_a_running_jobs_output_live(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    running, stopped = ids["running"], ids["stopping"]
+    _ship(dsn, running, 1, 0, "collecting 12 items\n")
+    _ship(dsn, stopped, 1, 0, "step 1 of 3\nstep 2 of 3\n")  # cancelled mid-run
+    app = console(dsn, live=True, clock=None, resync_s=600, job=running, view="detail")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.follower.connected.is_set() and app.ready)
+        output = app.query_one("#detail-output", Static)
+        await until(pilot, lambda: "collecting 12 items" in str(output.render()))
+        _ship(dsn, running, 1, 1, "test_a PASSED\n\x1b]0;pwned\x07test_b PASSED\n")
+        await until(pilot, lambda: "test_b PASSED" in str(output.render()), deadline=3)
+        assert "\x1b" not in str(output.render()) and "pwned" not in str(output.render())
+        app.detail_job = stopped
+        await show(pilot, "4")
+        await until(pilot, lambda: "step 2 of 3" in str(output.render()))
+        assert "run t1" in str(output.render())

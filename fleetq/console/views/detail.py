@@ -59,7 +59,7 @@ class DetailView(VerticalScroll):
         yield Table(id="detail-eligibility", cursor_type="row", zebra_stripes=True)
         yield Static("lease timeline", classes="title")
         yield Static(id="detail-timeline")
-        yield Static("output (tail)", classes="title")
+        yield Static("output (live, from the database; newest lines)", classes="title")
         yield Static(id="detail-output")
         yield Static("events", classes="title")
         yield Table(id="detail-events", cursor_type="row", zebra_stripes=True)
@@ -132,12 +132,7 @@ class DetailView(VerticalScroll):
             ],
         )
         self.draw_timeline()
-        tail = (detail.output or "").splitlines()[-12:]
-        self.query_one("#detail-output", Static).update(
-            Text("\n").join(plain(line) for line in tail)
-            if tail
-            else Text("no output recorded", style="dim")
-        )
+        self.query_one("#detail-output", Static).update(_output(detail))
         sync(
             self.query_one("#detail-events", DataTable),
             [event_row(e, with_job=False) for e in reversed(detail.events)],
@@ -163,3 +158,30 @@ class DetailView(VerticalScroll):
 
     def on_resize(self) -> None:
         self.draw_timeline()
+
+
+OUTPUT_LINES = 40  # of the newest run; earlier runs get a few
+
+
+def _output(detail: JobDetail) -> Text:
+    """The runs' newest shipped output (a cancelled or fenced run keeps its partial
+    output), else the verdict's recorded tail. Untrusted: shown as plain text."""
+    runs = detail.runs_output
+    if not runs:
+        tail = (detail.output or "").splitlines()[-12:]
+        if not tail:
+            return Text("no output recorded", style="dim")
+        return Text("\n").join(plain(line) for line in tail)
+    text = Text()
+    for i, run in enumerate(runs):
+        newest = i == len(runs) - 1
+        lines = run.text.splitlines()
+        keep = OUTPUT_LINES if newest else 5
+        more = len(lines) > keep or run.cut
+        text.append(f"── run t{run.token}", style="bold")
+        text.append(" (earlier lines not shown)" if more else "", style="dim")
+        text.append(" ──\n", style="bold")
+        text.append_text(Text("\n").join(plain(line) for line in lines[-keep:]))
+        if not newest:
+            text.append("\n")
+    return text

@@ -12,3 +12,12 @@ FROM fleetq.job_output
 WHERE job_id = $1::bigint AND ($2::bigint IS NULL OR lease_version = $2::bigint)
   AND (lease_version, seq) > ($3::bigint, $4::integer)
 ORDER BY lease_version, seq;
+
+-- name: output_newest
+-- The newest chunks of a job's output, newest first (the console's live tail).
+-- $1 job, $2 at most this many chunks
+SELECT lease_version, seq, data
+FROM fleetq.job_output
+WHERE job_id = $1::bigint
+ORDER BY lease_version DESC, seq DESC
+LIMIT $2::integer;
