@@ -33,6 +33,7 @@ from fleetq.console.live import Follower
 from fleetq.console.messages import (
     Acted,
     DrainPreview,
+    DrillDown,
     Health,
     Hint,
     Loaded,
@@ -84,6 +85,8 @@ class ConsoleApp(App[None]):
         Binding("question_mark,f1", "help", "Help"),
         Binding("colon", "command_line", ":view", show=False),
         Binding("r", "reload", "Reload", show=False),
+        Binding("Z", "freeze", "Freeze", show=False),
+        Binding("c", "copy", "Copy id", show=False),
         Binding("ctrl+s", "save_svg", "Screenshot", show=False),
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
@@ -109,6 +112,8 @@ class ConsoleApp(App[None]):
         self.live = live
         self.current = view
         self.history: list[str] = []  # views left, for Esc / Backspace
+        self.frozen = False  # Z: the screen holds still to be read; `r` still reloads
+        self._missed = False
         self.detail_job = job
         self.where = JobFilter()
         self.stale_since: datetime | None = None
@@ -178,6 +183,9 @@ class ConsoleApp(App[None]):
 
     @on(Hint)
     def _hint(self, hint: Hint) -> None:
+        if self.frozen and not hint.resync:
+            self._missed = True  # shown when the operator thaws the screen
+            return
         if self._loading:
             resync = hint.resync or (self._again.resync if self._again else False)
             self._again = Hint(resync=resync)
@@ -324,8 +332,9 @@ class ConsoleApp(App[None]):
             self.query_one(OverviewView).stale(self.stale_since, self.stale_why)
         else:
             mode = "read-only" if self.readonly else f"acting as {self.actor}"
+            live = "FROZEN (Z thaws, r reloads)" if self.frozen else "live"
             self.sub_title = (
-                f"{'live' if self.ready else 'connecting'} · {VIEWS_TITLE[self.current]} · {mode}"
+                f"{live if self.ready else 'connecting'} · {VIEWS_TITLE[self.current]} · {mode}"
             )
         self.refresh_bindings()
 
@@ -379,6 +388,18 @@ class ConsoleApp(App[None]):
         self.detail_job = message.job_id
         self.action_view("detail")
 
+    @on(DrillDown)
+    def _drill_down(self, message: DrillDown) -> None:
+        """A runner's or a lane's jobs (or a runner's events); Esc comes back."""
+        if message.events and message.runner is not None:
+            self.query_one(EventsView).filter_words([message.runner])
+            self.action_view("events")
+            return
+        where = JobFilter(runner=message.runner, lane=message.lane)
+        self.query_one(JobsView).set_filter(where)
+        self.where = where
+        self.action_view("jobs")
+
     @on(JobsView.Filtered)
     def _filtered(self, message: JobsView.Filtered) -> None:
         self.where = message.where
@@ -402,6 +423,32 @@ class ConsoleApp(App[None]):
 
     def action_reload(self) -> None:
         self.post_message(Hint(resync=True))
+
+    def action_freeze(self) -> None:
+        """Z: hold the screen still (changes are not drawn) until Z again."""
+        self.frozen = not self.frozen
+        if not self.frozen and self._missed:
+            self._missed = False
+            self.post_message(Hint())
+        self._status()
+
+    def action_copy(self) -> None:
+        """c: copy the selected job's id and commit (OSC 52: the terminal must allow it)."""
+        job = None
+        if self.current == "jobs" and (selected := self.query_one(JobsView).selected()):
+            page = self.query_one(JobsView).page
+            job = next((j for j in page.jobs if j.id == selected), None) if page else None
+        elif self.current == "detail" and (shown := self.query_one(DetailView).detail):
+            job = shown.job
+        if job is None:
+            self.notify("no job selected to copy", severity="warning")
+            return
+        self.copy_to_clipboard(f"{job.id} {job.commit_sha}")
+        self.notify(
+            f'copied "{job.id} {job.commit_sha}" (through the terminal: if nothing was '
+            "copied, it does not allow OSC 52; the id and commit are in this message)",
+            markup=False,
+        )
 
     def action_save_svg(self) -> None:
         """Save the screen as SVG in $FLEETQ_SCREENSHOTS (default: the current directory)."""

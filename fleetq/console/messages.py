@@ -102,3 +102,15 @@ class OpenJob(Message):
     def __init__(self, job_id: JobId) -> None:
         super().__init__()
         self.job_id = job_id
+
+
+class DrillDown(Message):
+    """Enter on a runner or a lane: its jobs (or, `e` on a runner, its events)."""
+
+    def __init__(
+        self, *, runner: str | None = None, lane: str | None = None, events: bool = False
+    ) -> None:
+        super().__init__()
+        self.runner = runner
+        self.lane = lane
+        self.events = events

@@ -11,6 +11,7 @@ from fleetq.console.dialogs import Confirm
 from fleetq.console.messages import Health, Hint
 from fleetq.console.views.jobs import JobsView
 from fleetq.core.db import connect
+from fleetq.core.views import JobFilter
 from tests.console.conftest import SIZE, console, settled, show, until
 
 
@@ -314,3 +315,58 @@ async def test_the_detail_follows_a_running_jobs_output_live(
         await show(pilot, "4")
         await until(pilot, lambda: "step 2 of 3" in str(output.render()))
         assert "run t1" in str(output.render())
+
+
+async def test_enter_on_a_runner_or_a_lane_lists_its_jobs_and_e_its_events(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "5")
+        table: DataTable[Any] = app.query_one("#runners-table", DataTable)
+        table.move_cursor(row=table.get_row_index("build-1/r1"))
+        await show(pilot, "enter")
+        assert app.current == "jobs" and app.where == JobFilter(runner="build-1/r1")
+        jobs = app.query_one(JobsView)
+        assert set(_column(jobs.table, "id")) >= {str(ids["running"]), str(ids["stopping"])}
+        await pilot.press("escape")  # back to the runners
+        await pilot.pause()
+        assert app.current == "runners"
+        await pilot.press("e")
+        await pilot.pause()
+        assert app.current == "events"
+        runners = {str(c) for c in _column(app.query_one("#events-table", DataTable), "runner")}
+        assert runners == {"build-1/r1"}
+        await show(pilot, "2")
+        await show(pilot, "enter")  # the first lane: checks
+        assert app.current == "jobs" and app.where == JobFilter(lane="checks")
+
+
+async def test_z_freezes_the_screen_until_z_again(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "6")
+        await pilot.press("Z")
+        assert "FROZEN" in app.sub_title
+        with connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO fleetq.events (kind) VALUES ('while_frozen')")
+        before = app.loads
+        app.post_message(Hint())
+        await until(pilot, lambda: app._missed)  # the hint arrived and was held back
+        assert app.loads == before and not app.busy  # nothing read, nothing moved
+        await pilot.press("Z")
+        await settled(pilot, before)
+        assert "while_frozen" in _column(app.query_one("#events-table", DataTable), "kind")
+
+
+async def test_c_copies_the_selected_jobs_id_and_commit(fleet: tuple[str, dict[str, int]]) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        _cursor_to(app.query_one(JobsView), ids["running"])
+        await pilot.press("c")
+        assert app.clipboard.startswith(f"{ids['running']} ")
+        assert len(app.clipboard.split()[1]) == 40

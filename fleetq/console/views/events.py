@@ -155,6 +155,11 @@ class EventsView(Vertical):
         if found is not None and found.job_id is not None:
             self.post_message(OpenJob(JobId(found.job_id)))
 
+    def filter_words(self, words: list[str]) -> None:
+        """Show only events matching every word (a drill-down sets them)."""
+        self.words = [w.lower() for w in words]
+        self._dirty = True
+
     def action_filter(self) -> None:
         self.add_class("filtering")
         box = self.query_one("#events-filter", Input)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable
 
+from fleetq.console.messages import DrillDown
 from fleetq.console.text import age, bar, plain
 from fleetq.console.views.table import Cell, Table, sync
 from fleetq.core.views import LaneRow, Overview
@@ -35,6 +37,12 @@ class LanesView(Vertical):
         table: DataTable[Cell] = self.query_one("#lanes-table", DataTable)
         for name in COLUMNS:
             table.add_column(name, key=name)
+
+    @on(DataTable.RowSelected, "#lanes-table")
+    def _jobs(self, event: DataTable.RowSelected) -> None:
+        """Enter: the lane's jobs (queued first in its reasons: who could take them)."""
+        if event.row_key.value is not None:
+            self.post_message(DrillDown(lane=event.row_key.value))
 
     def show(self, overview: Overview, now: datetime) -> None:
         """Put the lanes on screen."""

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import ClassVar
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable
 
+from fleetq.console.messages import DrillDown
 from fleetq.console.text import age, bar, one_line, plain, state
 from fleetq.console.views.table import Cell, Table, selected_key, sync, visible_keys
 from fleetq.core.models import Runner, RunnerState
@@ -29,7 +33,12 @@ COLUMNS = (
 
 
 class RunnersView(Vertical):
-    """Every runner, one row each; `d`/`p`/`u` act on the selected one."""
+    """Every runner, one row each; `d`/`p`/`u` act on the selected one; Enter lists its
+    jobs, `e` its events."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("e", "events", "Its events", show=False),
+    ]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -42,6 +51,15 @@ class RunnersView(Vertical):
         table: DataTable[Cell] = self.query_one("#runners-table", DataTable)
         for key, label in COLUMNS:
             table.add_column(label, key=key)
+
+    @on(DataTable.RowSelected, "#runners-table")
+    def _jobs(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.post_message(DrillDown(runner=event.row_key.value))
+
+    def action_events(self) -> None:
+        if (runner := self.selected()) is not None:
+            self.post_message(DrillDown(runner=runner, events=True))
 
     def state_of(self, runner: str) -> RunnerState | None:
         """The runner's state as last read (None: offline or unknown)."""
