@@ -141,7 +141,8 @@ Events       / filter by words (Esc clears it)   Enter opens the event's job
 Overlaps     every window two executions of one job ran at once; Enter opens the job
 Drill down   Enter on a runner: its jobs (e: its events); Enter on a lane: its jobs
 Screen       Z freezes it (Z again thaws; r reloads)   c copies the job's id and commit
-             w (jobs) every column or the narrow set
+             w (jobs) every column or the narrow set   s (jobs) sort: newest, oldest,
+             state, lease left, lost/reassigned
 Actions      C cancel the marked jobs (or the one under the cursor)
              d drain   p pause   u resume the runner under the cursor (view 5)
              every action asks first: y/Enter yes, n/Esc no; hidden with --readonly

@@ -370,3 +370,23 @@ async def test_c_copies_the_selected_jobs_id_and_commit(fleet: tuple[str, dict[s
         await pilot.press("c")
         assert app.clipboard.startswith(f"{ids['running']} ")
         assert len(app.clipboard.split()[1]) == 40
+
+
+async def test_s_sorts_the_jobs_and_the_cursor_keeps_its_job(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        view = app.query_one(JobsView)
+        assert _column(view.table, "id")[0] == str(max(ids.values()))  # newest first
+        _cursor_to(view, ids["running"])
+        await pilot.press("s")  # oldest first
+        await pilot.pause()
+        assert _column(view.table, "id")[0] == str(min(ids.values()))
+        assert view.selected() == ids["running"]
+        assert "oldest first" in str(view.query_one("#jobs-status", Static).render())
+        await pilot.press("s", "s")  # least lease left first: the running job leads
+        await pilot.pause()
+        assert _column(view.table, "id")[0] == str(ids["running"])

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on
@@ -68,6 +69,7 @@ class JobsView(Vertical):
         Binding("v", "mark_range", "Mark range", show=False),
         Binding("escape", "clear_marks", "Clear marks", show=False),
         Binding("w", "wide", "Wide", show=False),
+        Binding("s", "sort", "Sort", show=False),
     ]
     DEFAULT_CSS = """
     JobsView #jobs-filter { display: none; }
@@ -87,6 +89,7 @@ class JobsView(Vertical):
         self.marked: set[JobId] = set()
         self._anchor: JobId | None = None  # the last row marked with space (for `v`)
         self.wide: bool | None = None  # None: by the terminal's width; `w` decides
+        self.sort = 0  # index in SORTS; `s` cycles
         self.columns: tuple[str, ...] = ()
         self._now: datetime | None = None
         self.page: JobPage | None = None
@@ -158,7 +161,16 @@ class JobsView(Vertical):
         self.page = page
         self._now = now
         self._status()
-        sync(self.table, [self._row(job, page, now) for job in page.jobs])
+        _, order = SORTS[self.sort]
+        jobs = sorted(page.jobs, key=lambda j: order(j, now)) if order else page.jobs
+        sync(self.table, [self._row(job, page, now) for job in jobs])
+
+    def action_sort(self) -> None:
+        """s: newest first, oldest first, by state, by lease left, by losses."""
+        self.sort = (self.sort + 1) % len(SORTS)
+        if self.page is not None and self._now is not None:
+            self.show(self.page, self._now)
+        self.notify(f"jobs sorted: {SORTS[self.sort][0]}", timeout=2)
 
     def _status(self) -> None:
         page = self.page
@@ -167,7 +179,7 @@ class JobsView(Vertical):
         shown = len(page.jobs)
         where = describe_filter(self.where) or "no filter"
         total = f"{page.total:,}+" if page.total >= COUNT_CAP else f"{page.total:,}"
-        status = Text(f"{shown} of {total} jobs ({where})")
+        status = Text(f"{shown} of {total} jobs ({where}; {SORTS[self.sort][0]}, s sorts)")
         if page.total > shown:
             status.append(f" — newest {shown} shown; narrow with /")
         elif not shown:
@@ -283,6 +295,22 @@ class JobsView(Vertical):
     def _open(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
             self.post_message(OpenJob(JobId(int(event.row_key.value))))
+
+
+def _lease_left(job: Job, now: datetime) -> float:
+    if not job.state.live or job.lease_expires_at is None:
+        return float("inf")
+    return (job.lease_expires_at - now).total_seconds()
+
+
+Order = Callable[[Job, datetime], Any]
+SORTS: tuple[tuple[str, Order | None], ...] = (
+    ("newest first", None),  # the page's own order
+    ("oldest first", lambda j, _now: (j.created_at, j.id)),
+    ("by state", lambda j, _now: (j.state.value, -j.id)),
+    ("least lease left first", lambda j, now: (_lease_left(j, now), -j.id)),
+    ("most lost/reassigned first", lambda j, _now: (-(j.lost_count + j.reassign_count), -j.id)),
+)
 
 
 def _lease(job: Job, now: datetime) -> Cell:
