@@ -13,7 +13,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from fleetq.core import queries
-from fleetq.core.driver import map_error
+from fleetq.core.driver import map_error, mapped_errors
 from fleetq.core.errors import ConnectionFailed, StaleLease
 from fleetq.core.models import Claim, RunnerId
 from fleetq.runner.loops import Backoff
@@ -117,9 +117,12 @@ class JobContext:
                 raise
             try:
                 async with conn.transaction():
-                    yield await self._lock(conn)
+                    with mapped_errors():  # fleetq's own statements: a lock timeout is
+                        locked = await self._lock(conn)  # DatabaseBusy, run again
+                    yield locked
                     if finish:
-                        await self._finish(conn)
+                        with mapped_errors():
+                            await self._finish(conn)
             except Exception as exc:
                 # Only the loss of this transaction's own connection is fleetq's to
                 # explain; whatever else the handler's code raises passes through as is.

@@ -30,7 +30,7 @@ import psutil
 from pydantic import ConfigDict
 
 from fleetq.core.config import LimitsConfig
-from fleetq.core.errors import ConnectionFailed, StaleLease
+from fleetq.core.errors import ConnectionFailed, DatabaseBusy, StaleLease
 from fleetq.core.models import Outcome
 from fleetq.runner import orphans
 from fleetq.runner.jobuser import JobUser
@@ -275,10 +275,13 @@ async def run_handler(
     except StaleLease:
         return Finished(None, reason="stale", run_ms=_since(started))
     except Exception as exc:
-        # fleetq's own calls (ctx.transaction, a driver) say a connection was lost this
-        # way; the handler's own errors (an OSError of its own included) are failures
+        # fleetq's own calls (ctx.transaction, a driver) say a connection was lost, or a
+        # lock was not had in time (nothing committed: the handler runs again in place),
+        # this way; the handler's own errors (an OSError of its own included) are failures
         if isinstance(exc, ConnectionFailed):
             return Finished(None, lost=f"database connection lost in the handler: {exc}")
+        if isinstance(exc, DatabaseBusy):
+            return Finished(None, lost=f"database busy in the handler: {exc}")
         return Finished(
             Outcome.FAILED,
             reason="exception",
