@@ -193,7 +193,7 @@ def build(conn: SyncConnection) -> dict[str, int]:
         [build1],
     )
     conn.execute(
-        "INSERT INTO fleetq.results (project, commit_sha, operation, job_id, verdict, exit_code, "
+        "INSERT INTO fleetq.verdicts (project, commit_sha, operation, job_id, verdict, exit_code, "
         "reason, log_tail, recorded_at) VALUES ('webapp', $1, 'unit', $2, 'failed', 1, 'exit', "
         "$3, $4)",
         [factories.SHA, ids["hostile"], f"collected 12 items\n{HOSTILE}\nFAILED test_x", at(-540)],

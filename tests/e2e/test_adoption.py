@@ -77,7 +77,7 @@ def test_a_run_whose_start_report_was_lost_is_adopted(
             conn, "SELECT lost_count, lease_version FROM fleetq.jobs WHERE id = $1", job
         ) == (0, 1)
         (verdict, code) = _row(
-            conn, "SELECT verdict, exit_code FROM fleetq.results WHERE job_id = $1", job
+            conn, "SELECT verdict, exit_code FROM fleetq.verdicts WHERE job_id = $1", job
         )
         assert (verdict, code) == ("passed", 0)
 

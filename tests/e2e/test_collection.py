@@ -45,7 +45,7 @@ def test_killed_twice_while_holding_a_job_fails_it_as_lost(
         wait_until(lambda: _counters(conn, job)[1] == 2, what="the second loss")
         assert _counters(conn, job) == ("failed", 2, 0, 2, "lost")
         (verdict, reason) = _row(
-            conn, "SELECT verdict, reason FROM fleetq.results WHERE job_id = $1", job
+            conn, "SELECT verdict, reason FROM fleetq.verdicts WHERE job_id = $1", job
         )
         assert (verdict, reason) == ("failed", "lost")
 

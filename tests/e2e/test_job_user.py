@@ -52,7 +52,7 @@ def test_a_job_under_job_user_cannot_read_the_runner_s_environment(
         job = _submit(conn, "peek", repo.head)
         wait_until(lambda: job_state(conn, job) == "succeeded", what="the job to end")
         row = conn.execute(
-            b"SELECT log_tail FROM fleetq.results WHERE job_id = $1", [job]
+            b"SELECT log_tail FROM fleetq.verdicts WHERE job_id = $1", [job]
         ).fetchone()
     assert row is not None
     assert row[0].split() == ["nobody", "DENIED", "DENIED"], row[0]

@@ -45,7 +45,7 @@ def test_check_runs_against_the_exact_commit(
         start_runner()
         wait_until(lambda: job_state(conn, job) in ("succeeded", "failed"), what="the check")
         verdict, code, tail = _row(
-            conn, "SELECT verdict, exit_code, log_tail FROM fleetq.results WHERE job_id = $1", job
+            conn, "SELECT verdict, exit_code, log_tail FROM fleetq.verdicts WHERE job_id = $1", job
         )
         assert (verdict, code) == ("passed", 0), tail
         assert f"status='' head={repo.old} token=1" in str(tail)
@@ -61,7 +61,7 @@ def test_unknown_commit_is_refused(fleet_dsn: str, start_runner: StartRunner) ->
         job = _submit(conn, "check", "b" * 40)
         start_runner()
         wait_until(lambda: job_state(conn, job) == "refused", what="the refusal")
-        (reason,) = _row(conn, "SELECT reason FROM fleetq.results WHERE job_id = $1", job)
+        (reason,) = _row(conn, "SELECT reason FROM fleetq.verdicts WHERE job_id = $1", job)
         assert "is not in" in str(reason)
 
 
@@ -103,7 +103,7 @@ def test_a_timed_out_job_leaves_no_process_behind(
         job = _submit(conn, "hang", repo.head)
         start_runner()
         wait_until(lambda: job_state(conn, job) == "failed", what="the timeout")
-        (reason,) = _row(conn, "SELECT reason FROM fleetq.results WHERE job_id = $1", job)
+        (reason,) = _row(conn, "SELECT reason FROM fleetq.verdicts WHERE job_id = $1", job)
         (pid,) = _row(conn, "SELECT pid FROM fleetq.executions WHERE job_id = $1", job)
         assert reason == "timeout"
         assert not _group_alive(int(str(pid)))

@@ -253,7 +253,7 @@ def test_output_the_database_cannot_store_does_not_hold_outcomes_back(
         wait_until(lambda: job_state(conn, nul) == "succeeded", what="the NUL job's outcome")
         after = _submit(conn, "ping", repo.head)
         wait_until(lambda: job_state(conn, after) == "succeeded", what="the next outcome")
-        tail = _one(conn, "SELECT log_tail FROM fleetq.results WHERE job_id = $1", nul)
+        tail = _one(conn, "SELECT log_tail FROM fleetq.verdicts WHERE job_id = $1", nul)
         assert tail == "\ufffd" * 3
     assert runner.proc.poll() is None
 

@@ -76,7 +76,7 @@ class QueueMachine(RuleBasedStateMachine):
     async def _reset(self) -> None:
         conn = self.driver.conn
         await conn.execute(
-            "TRUNCATE fleetq.jobs, fleetq.executions, fleetq.events, fleetq.results, "
+            "TRUNCATE fleetq.jobs, fleetq.executions, fleetq.events, fleetq.verdicts, "
             "fleetq.task_notifications, fleetq.runner_lanes, fleetq.runners CASCADE"
         )
         for i, rid in enumerate(RUNNERS):

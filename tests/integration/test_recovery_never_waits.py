@@ -90,3 +90,35 @@ async def test_a_heartbeat_renews_its_leases_while_another_session_holds_its_row
             [runner, [claim.job_id], [claim.lease_version]],
         ).fetchall()
     assert rows == [(claim.job_id, WriteStatus.OK.value)]
+
+
+COMPLETE = (
+    "SELECT * FROM fleetq.complete($1, ARRAY[$2::bigint], ARRAY[$3::bigint], "
+    "ARRAY['succeeded'], ARRAY[0], ARRAY[NULL::text], ARRAY[''], ARRAY[NULL::integer], "
+    "ARRAY[NULL::integer], ARRAY[0])"
+)
+
+
+async def test_an_outcome_never_waits_for_another_outcome_of_the_same_check(
+    db_dsn: str, sync_conn: SyncConnection, driver: Driver, held_row: SyncConnection
+) -> None:
+    """Two jobs check the same (project, commit, operation). The first one's outcome is
+    written in a transaction that does not end (its runner was stopped inside a handler's
+    `transaction(finish=True)`); the second one's outcome is recorded at once, and the
+    latest verdict is the newest job's. Red on migration 0010: one results row per check,
+    and the second outcome waited on it."""
+    fleet.operations(sync_conn)
+    a = await fleet.runner(driver, "a", node="node-a")
+    b = await fleet.runner(driver, "b", node="node-b")
+    first, second = await _claimed(driver, a), await _claimed(driver, b)
+    held_row.execute(COMPLETE, [a, first, 1])  # uncommitted
+    with connect(db_dsn, autocommit=True) as other:
+        other.execute("SET lock_timeout = '1s'")
+        assert other.execute(COMPLETE, [b, second, 1]).fetchall() == [(second, "ok")]
+        held_row.commit()
+        row = other.execute(
+            "SELECT job_id, verdict FROM fleetq.results WHERE project = 'tools' "
+            "AND commit_sha = $1 AND operation = 'lint'",
+            [SHA],
+        ).fetchone()
+    assert row == (max(first, second), "passed")

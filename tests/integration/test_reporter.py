@@ -31,7 +31,7 @@ def _refuses_poison(sync_conn: SyncConnection) -> None:
             END IF;
             RETURN NEW;
         END $$;
-        CREATE TRIGGER refuse_poison BEFORE INSERT OR UPDATE ON fleetq.results
+        CREATE TRIGGER refuse_poison BEFORE INSERT OR UPDATE ON fleetq.verdicts
             FOR EACH ROW EXECUTE FUNCTION public.refuse_poison();
         """
     )
