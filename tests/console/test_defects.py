@@ -11,6 +11,7 @@ from fleetq.console.dialogs import Confirm
 from fleetq.console.messages import Health, Hint
 from fleetq.console.views.jobs import JobsView
 from fleetq.core.db import connect
+from fleetq.core.models import JobId
 from fleetq.core.views import JobFilter
 from tests.console.conftest import SIZE, console, settled, show, until
 
@@ -311,7 +312,7 @@ async def test_the_detail_follows_a_running_jobs_output_live(
         _ship(dsn, running, 1, 1, "test_a PASSED\n\x1b]0;pwned\x07test_b PASSED\n")
         await until(pilot, lambda: "test_b PASSED" in str(output.render()), deadline=3)
         assert "\x1b" not in str(output.render()) and "pwned" not in str(output.render())
-        app.detail_job = stopped
+        app.detail_job = JobId(stopped)
         await show(pilot, "4")
         await until(pilot, lambda: "step 2 of 3" in str(output.render()))
         assert "run t1" in str(output.render())
