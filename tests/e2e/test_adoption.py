@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -36,9 +38,24 @@ def _run_id_of(job: int) -> str | None:
 
 
 def _launched_without_a_start_report(
-    conn: SyncConnection, repo: Repo, start_runner: StartRunner
+    conn: SyncConnection, repo: Repo, start_runner: StartRunner, release: Path
 ) -> tuple[int, str, RunnerProcess]:
-    conn.execute("UPDATE fleetq.operations SET command = 'sleep 3' WHERE name = 'sleep'")
+    # The run lasts until the test releases it (at most 2 minutes), not a fixed time: a
+    # restarted runner on a loaded machine took longer than the 3 s the run used to last,
+    # and found nothing left to adopt.
+    conn.execute(
+        "UPDATE fleetq.operations SET command = $1 WHERE name = 'sleep'",
+        [
+            shlex.join(
+                [
+                    "sh",
+                    "-c",
+                    f"i=0; until [ -e '{release}' ] || [ $i -ge 1200 ]; do sleep 0.1; "
+                    "i=$((i+1)); done",
+                ]
+            )
+        ],
+    )
     job = _submit(conn, "sleep", repo.head)
     runner = start_runner(extra=ADOPT, env=HOLD)
     wait_until(lambda: _run_id_of(job) is not None, what="the command to be launched")
@@ -61,13 +78,15 @@ def decoys() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def test_a_run_whose_start_report_was_lost_is_adopted(
-    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
 ) -> None:
+    release = tmp_path / "release"
     with connect(fleet_dsn, autocommit=True) as conn:
-        job, run_id, _ = _launched_without_a_start_report(conn, repo, start_runner)
+        job, run_id, _ = _launched_without_a_start_report(conn, repo, start_runner, release)
         restarted = start_runner(extra=ADOPT)
+        wait_until(lambda: f"adopted job={job}" in restarted.output(), what="the adoption")
+        release.touch()  # the adopted run may end now
         wait_until(lambda: job_state(conn, job) == "succeeded", what="the adopted run's outcome")
-        assert f"adopted job={job}" in restarted.output()
         started = conn.execute(
             "SELECT detail->>'run_id' FROM fleetq.events WHERE job_id = $1 AND kind = 'started'",
             [job],
@@ -83,10 +102,28 @@ def test_a_run_whose_start_report_was_lost_is_adopted(
 
 
 def test_an_ambiguous_run_is_refused_with_evidence(
-    fleet_dsn: str, repo: Repo, start_runner: StartRunner, decoys: list[subprocess.Popen[bytes]]
+    fleet_dsn: str,
+    repo: Repo,
+    start_runner: StartRunner,
+    decoys: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    release = tmp_path / "release"
+    try:
+        _refused_with_evidence(fleet_dsn, repo, start_runner, decoys, release)
+    finally:
+        release.touch()  # the held run ends
+
+
+def _refused_with_evidence(
+    fleet_dsn: str,
+    repo: Repo,
+    start_runner: StartRunner,
+    decoys: list[subprocess.Popen[bytes]],
+    release: Path,
 ) -> None:
     with connect(fleet_dsn, autocommit=True) as conn:
-        job, run_id, _ = _launched_without_a_start_report(conn, repo, start_runner)
+        job, run_id, _ = _launched_without_a_start_report(conn, repo, start_runner, release)
         # a second process group claiming the same run id: which one is the job?
         decoys.append(
             subprocess.Popen(

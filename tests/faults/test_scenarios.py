@@ -173,7 +173,10 @@ SCENARIOS = [
     Scenario("one runner partitioned", _partition, zombie_expected=True),
     Scenario("5% drops at 30 ms", _drops),
     Scenario("lost replies", _lost_replies),
-    Scenario("combined", _combined, zombie_expected=True),
+    # combined partitions a runner until one of its jobs is claimed again, which is the
+    # evidence the fault happened; a zombie write there is incidental (a runner that
+    # fenced its run in time has nothing stale left to write), unlike the partition alone
+    Scenario("combined", _combined),
     Scenario("submits through a lossy network", _none, submit_through=_lossy_producer),
 ]
 
