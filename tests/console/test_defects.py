@@ -14,10 +14,7 @@ from fleetq.core.db import connect
 from fleetq.core.models import JobId
 from fleetq.core.views import JobFilter
 from tests.console.conftest import SIZE, console, settled, show, until
-
-
-def _column(table: DataTable[Any], key: str) -> list[str]:
-    return [str(table.get_cell(row.key, key)) for row in table.ordered_rows]
+from tests.console.test_views import _column
 
 
 async def test_latest_events_on_the_overview_keep_up(fleet: tuple[str, dict[str, int]]) -> None:
