@@ -44,7 +44,7 @@ from fleetq.console.source import Source
 from fleetq.console.text import clean
 from fleetq.console.views.detail import DetailView
 from fleetq.console.views.events import EventsView
-from fleetq.console.views.jobs import JobsView
+from fleetq.console.views.jobs import JobsView, parse_filter
 from fleetq.console.views.lanes import LanesView
 from fleetq.console.views.overlaps import OverlapsView
 from fleetq.console.views.overview import OverviewView
@@ -413,6 +413,15 @@ class ConsoleApp(App[None]):
             words = (name or "").split()
             if name in ("q", "quit"):
                 self.exit()
+            elif len(words) > 1 and words[0] == "jobs":  # :jobs state:running lost>0
+                try:
+                    where = parse_filter(" ".join(words[1:]))
+                except ValueError as exc:
+                    self.notify(clean(str(exc)), title=":jobs", severity="error", markup=False)
+                    return
+                self.query_one(JobsView).set_filter(where)
+                self.where = where
+                self.action_view("jobs")
             elif words and words[-1].isdigit() and words[0] in ("job", "detail", words[-1]):
                 self.detail_job = JobId(int(words[-1]))
                 self.action_view("detail")

@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
+from textual.suggester import SuggestFromList
 from textual.widgets import Button, DataTable, Input, Static
 
 from fleetq.console.text import plain
@@ -135,9 +136,13 @@ Views        1 overview  2 lanes  3 jobs  4 job detail  5 runners  6 events  7 o
              :name switches too (:overview :lanes :jobs :runners :events :overlaps :quit),
              :job 42 (or :42) opens a job's detail;  Esc or Backspace goes back
 Moving       arrows or j/k, PageUp/PageDown, g/Home first row, G/End last row
-Jobs         / filter (lane: state: project: runner:)   space mark   v mark a range
+Jobs         / filter: lane: state: project: runner: reassigned>0 lost>0, and one free
+             word (a job id, commit prefix, operation, project or submitter);
+             :jobs state:running works from anywhere (→ completes)
+             space mark   v mark a range
              Esc closes the filter, then clears the marks   Enter open detail
 Events       / filter by words (Esc clears it)   Enter opens the event's job
+Job detail   / shows only the output lines holding a word (Esc shows all again)
 Overlaps     every window two executions of one job ran at once; Enter opens the job
 Drill down   Enter on a runner: its jobs (e: its events); Enter on a lane: its jobs
 Screen       Z freezes it (Z again thaws; r reloads)   c copies the job's id and commit
@@ -171,6 +176,21 @@ class Help(ModalScreen[None]):
         self.dismiss(None)
 
 
+# what `:` completes (→ or End takes the suggestion)
+COMMANDS = [
+    *(f":{view}" for view in ("overview", "lanes", "jobs", "detail", "runners", "events")),
+    ":overlaps",
+    ":quit",
+    ":job ",
+    *(
+        f":jobs state:{state}"
+        for state in ("queued", "claimed", "running", "succeeded", "failed", "cancelled")
+    ),
+    ":jobs reassigned>0",
+    ":jobs lost>0",
+]
+
+
 class CommandLine(ModalScreen[str | None]):
     """`:name`, vi-style: a view name or quit."""
 
@@ -181,7 +201,11 @@ class CommandLine(ModalScreen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", priority=True)]
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder=":overview :lanes :jobs :runners :events :job 42 :quit")
+        yield Input(
+            placeholder=":overview :lanes :jobs state:running :runners :events :overlaps "
+            ":job 42 :quit",
+            suggester=SuggestFromList(COMMANDS, case_sensitive=False),
+        )
 
     def on_mount(self) -> None:
         self.query_one(Input).value = ":"

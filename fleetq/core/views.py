@@ -91,6 +91,21 @@ class JobFilter(_View):
     lane: str | None = None
     project: str | None = None
     runner: str | None = None
+    reassigned: bool = False  # only jobs reassigned at least once (an incident's trail)
+    lost: bool = False  # only jobs lost at least once
+    word: str | None = None  # a job id, commit prefix, operation, project or submitter
+
+    def arguments(self) -> tuple[object, ...]:
+        """The filter as views_jobs' first seven parameters."""
+        return (
+            self.state.value if self.state else None,
+            self.lane,
+            self.project,
+            self.runner,
+            self.reassigned,
+            self.lost,
+            self.word,
+        )
 
 
 class JobPage(_View):
@@ -181,23 +196,9 @@ async def job_page(
 ) -> JobPage:
     """The newest `limit` jobs matching `where`; queued ones get their explanation."""
     at = at or await now(driver)
-    rows = await driver.fetch(
-        queries.sql("views_jobs"),
-        where.state.value if where.state else None,
-        where.lane,
-        where.project,
-        where.runner,
-        limit,
-    )
+    rows = await driver.fetch(queries.sql("views_jobs"), *where.arguments(), limit)
     jobs = [Job.model_validate(r) for r in rows]
-    (count,) = await driver.fetch(
-        queries.sql("views_jobs_count"),
-        where.state.value if where.state else None,
-        where.lane,
-        where.project,
-        where.runner,
-        COUNT_CAP,
-    )
+    (count,) = await driver.fetch(queries.sql("views_jobs_count"), *where.arguments(), COUNT_CAP)
     total = int(count["total"])
     queued = [j for j in jobs if j.state == JobState.QUEUED]
     return JobPage(

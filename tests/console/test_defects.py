@@ -388,3 +388,52 @@ async def test_s_sorts_the_jobs_and_the_cursor_keeps_its_job(
         await pilot.press("s", "s")  # least lease left first: the running job leads
         await pilot.pause()
         assert _column(view.table, "id")[0] == str(ids["running"])
+
+
+async def test_incident_filters_a_free_word_and_colon_jobs(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        await pilot.press("colon", *"jobs reassigned>0", "enter")
+        await until(pilot, lambda: app.current == "jobs")
+        await show(pilot, "3")
+        assert app.where == JobFilter(reassigned=True)
+        view = app.query_one(JobsView)
+        assert str(ids["overlap"]) in _column(view.table, "id")  # reassigned once
+        assert str(ids["queued0"]) not in _column(view.table, "id")
+        await pilot.press("slash", *"browser", "enter")  # a free word: an operation
+        await show(pilot, "3")
+        assert _column(view.table, "id") == [str(ids["unplaceable"])]
+        await pilot.press("slash", *"lost>0 0123456", "enter")  # a commit prefix too
+        await show(pilot, "3")
+        assert view.where == JobFilter(lost=True, word="0123456")
+        await pilot.press("colon", *"jobs bogus:1", "enter")
+        await until(pilot, lambda: any("bogus" in str(n.message) for n in app._notifications))
+
+
+async def test_slash_in_the_detail_shows_only_the_output_lines_holding_a_word(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet
+    running = ids["running"]
+    _ship(dsn, running, 1, 0, "collecting 3 items\ntest_a PASSED\ntest_b FAILED\ntest_c PASSED\n")
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        _cursor_to(app.query_one(JobsView), running)
+        await pilot.press("enter")
+        await show(pilot, "4")
+        output = app.query_one("#detail-output", Static)
+        await pilot.press("slash", *"failed", "enter")
+        await pilot.pause()
+        shown = str(output.render())
+        assert "test_b FAILED" in shown and "test_a PASSED" not in shown
+        await pilot.press("escape")  # clears the search
+        await pilot.pause()
+        assert "test_a PASSED" in str(output.render()) and app.current == "detail"
+        await pilot.press("escape")  # then goes back
+        await pilot.pause()
+        assert app.current == "jobs"

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import ClassVar
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Input, Static
 
 from fleetq.console import timeline
 from fleetq.console.text import age, duration, one_line, plain, state
@@ -44,11 +47,18 @@ class DetailView(VerticalScroll):
     DetailView > Static { padding: 0 1; height: auto; }
     DetailView .title { text-style: bold; background: $boost; }
     DetailView DataTable { height: auto; max-height: 16; }
+    DetailView #output-search { display: none; }
+    DetailView.searching #output-search { display: block; }
     """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "search", "Search output"),
+        Binding("escape", "escape", "Back", show=False),
+    ]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.detail: JobDetail | None = None
+        self.search = ""  # only output lines holding this (case-insensitive)
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -59,7 +69,8 @@ class DetailView(VerticalScroll):
         yield Table(id="detail-eligibility", cursor_type="row", zebra_stripes=True)
         yield Static("lease timeline", classes="title")
         yield Static(id="detail-timeline")
-        yield Static("output (live, from the database; newest lines)", classes="title")
+        yield Static("output (live, from the database; newest lines; / searches)", classes="title")
+        yield Input(placeholder="show only output lines holding… (empty: all)", id="output-search")
         yield Static(id="detail-output")
         yield Static("events", classes="title")
         yield Table(id="detail-events", cursor_type="row", zebra_stripes=True)
@@ -132,11 +143,37 @@ class DetailView(VerticalScroll):
             ],
         )
         self.draw_timeline()
-        self.query_one("#detail-output", Static).update(_output(detail))
+        self.query_one("#detail-output", Static).update(_output(detail, self.search))
         sync(
             self.query_one("#detail-events", DataTable),
             [event_row(e, with_job=False) for e in reversed(detail.events)],
         )
+
+    def action_search(self) -> None:
+        self.add_class("searching")
+        box = self.query_one("#output-search", Input)
+        box.value = self.search
+        box.focus()
+
+    @on(Input.Submitted, "#output-search")
+    def _searched(self, event: Input.Submitted) -> None:
+        self.search = event.value.strip()
+        self.remove_class("searching")
+        self.query_one("#detail-output", Static).scroll_visible()
+        if self.detail is not None:
+            self.query_one("#detail-output", Static).update(_output(self.detail, self.search))
+
+    def action_escape(self) -> None:
+        """Close the search box, else clear the search, else go back."""
+        if self.has_class("searching"):
+            self.remove_class("searching")
+            self.query_one("#detail-events", DataTable).focus()
+        elif self.search:
+            self.search = ""
+            if self.detail is not None:
+                self.query_one("#detail-output", Static).update(_output(self.detail, ""))
+        else:
+            self.app.action_go_back()  # type: ignore[attr-defined]
 
     def clear(self, why: str) -> None:
         """Nothing to show (e.g. the job does not exist)."""
@@ -163,20 +200,29 @@ class DetailView(VerticalScroll):
 OUTPUT_LINES = 40  # of the newest run; earlier runs get a few
 
 
-def _output(detail: JobDetail) -> Text:
+def _output(detail: JobDetail, search: str = "") -> Text:
     """The runs' newest shipped output (a cancelled or fenced run keeps its partial
-    output), else the verdict's recorded tail. Untrusted: shown as plain text."""
+    output), else the verdict's recorded tail; with `search`, only the lines holding it.
+    Untrusted: shown as plain text."""
     runs = detail.runs_output
+    needle = search.lower()
+
+    def found(lines: list[str]) -> list[str]:
+        return [line for line in lines if needle in line.lower()] if needle else lines
+
     if not runs:
-        tail = (detail.output or "").splitlines()[-12:]
+        tail = found((detail.output or "").splitlines())[-12:]
         if not tail:
-            return Text("no output recorded", style="dim")
+            what = f"no output line holds {search!r}" if needle else "no output recorded"
+            return Text(what, style="dim")
         return Text("\n").join(plain(line) for line in tail)
     text = Text()
+    if needle:
+        text.append(f"lines holding {search!r} (Esc shows all)\n", style="bold")
     for i, run in enumerate(runs):
         newest = i == len(runs) - 1
-        lines = run.text.splitlines()
-        keep = OUTPUT_LINES if newest else 5
+        lines = found(run.text.splitlines())
+        keep = OUTPUT_LINES if newest or needle else 5
         more = len(lines) > keep or run.cut
         text.append(f"── run t{run.token}", style="bold")
         text.append(" (earlier lines not shown)" if more else "", style="dim")

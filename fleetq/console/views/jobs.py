@@ -41,13 +41,27 @@ WIDE_FROM = 150  # columns of terminal from which every column is shown
 KEYS = ("lane", "state", "project", "runner")
 
 
+FLAGS = ("reassigned>0", "lost>0")
+
+
 def parse_filter(text: str) -> JobFilter:
-    """`lane:checks state:queued project:webapp runner:node-a/r1` (any subset)."""
-    fields: dict[str, str] = {}
+    """`lane:checks state:queued project:webapp runner:node-a/r1 reassigned>0 lost>0`
+    (any subset), and at most one bare word: a job id, commit prefix, operation, project
+    or submitter."""
+    fields: dict[str, object] = {}
     for word in text.split():
+        if word in FLAGS:
+            fields[word.removesuffix(">0")] = True
+            continue
         key, sep, value = word.partition(":")
-        if not sep or key not in KEYS or not value:
-            raise ValueError(f"{word!r}: use {', '.join(k + ':VALUE' for k in KEYS)}")
+        if not sep:
+            if "word" in fields:
+                raise ValueError(f"{word!r}: one free word at most (an id, a commit, a name)")
+            fields["word"] = word
+            continue
+        if key not in KEYS or not value:
+            keys = ", ".join([*(k + ":VALUE" for k in KEYS), *FLAGS])
+            raise ValueError(f"{word!r}: use {keys}, or one free word")
         fields[key] = value
     if "state" in fields and fields["state"] not in {s.value for s in JobState}:
         raise ValueError(f"state must be one of {', '.join(s.value for s in JobState)}")
@@ -57,6 +71,9 @@ def parse_filter(text: str) -> JobFilter:
 def describe_filter(where: JobFilter) -> str:
     """The filter as the operator would type it."""
     parts = [f"{k}:{getattr(where, k)}" for k in KEYS if getattr(where, k) is not None]
+    parts += [flag for flag in FLAGS if getattr(where, flag.removesuffix(">0"))]
+    if where.word:
+        parts.append(where.word)
     return " ".join(p.replace("JobState.", "") for p in parts)
 
 
@@ -97,7 +114,8 @@ class JobsView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Input(
-            placeholder="lane:checks state:queued project:webapp runner:node-a/r1  (empty: all)",
+            placeholder="lane:checks state:queued project:webapp runner:node-a/r1 reassigned>0 "
+            "lost>0, and one free word: id, commit, operation, submitter  (empty: all)",
             id="jobs-filter",
         )
         yield Static(id="jobs-status")

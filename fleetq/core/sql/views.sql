@@ -128,21 +128,27 @@ SELECT (SELECT count(*) FROM fleetq.jobs
              GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id) AS overlapping_jobs;
 
 -- name: views_jobs
--- One page of jobs, newest first, each filter optional (NULL: any). `runner` matches the
--- lease owner or the runner a cancelled job is still reserved on.
--- $1 state, $2 lane, $3 project, $4 runner, $5 limit
+-- One page of jobs, newest first, each filter optional (NULL or false: any). `runner`
+-- matches the lease owner or the runner a cancelled job is still reserved on; `word`
+-- matches a job id, a commit prefix, an operation, a project or a submitter.
+-- $1 state, $2 lane, $3 project, $4 runner, $5 reassigned only, $6 lost only, $7 word,
+-- $8 limit
 SELECT *
 FROM fleetq.jobs
 WHERE ($1::text IS NULL OR state = $1::text)
   AND ($2::text IS NULL OR lane = $2::text)
   AND ($3::text IS NULL OR project = $3::text)
   AND ($4::text IS NULL OR lease_owner = $4::text OR reserved_on = $4::text)
+  AND (NOT $5::boolean OR reassign_count > 0)
+  AND (NOT $6::boolean OR lost_count > 0)
+  AND ($7::text IS NULL OR id::text = $7::text OR starts_with(commit_sha, lower($7::text))
+       OR operation = $7::text OR project = $7::text OR submitted_by = $7::text)
 ORDER BY id DESC
-LIMIT $5::integer;
+LIMIT $8::integer;
 
 -- name: views_jobs_count
 -- How many jobs match the jobs view's filter, counted up to a cap (the exact figure of a
--- long history is not worth reading it all). $1..$4 as views_jobs, $5 cap
+-- long history is not worth reading it all). $1..$7 as views_jobs, $8 cap
 SELECT count(*) AS total
 FROM (SELECT 1
       FROM fleetq.jobs
@@ -150,7 +156,12 @@ FROM (SELECT 1
         AND ($2::text IS NULL OR lane = $2::text)
         AND ($3::text IS NULL OR project = $3::text)
         AND ($4::text IS NULL OR lease_owner = $4::text OR reserved_on = $4::text)
-      LIMIT $5::integer) capped;
+        AND (NOT $5::boolean OR reassign_count > 0)
+        AND (NOT $6::boolean OR lost_count > 0)
+        AND ($7::text IS NULL OR id::text = $7::text
+             OR starts_with(commit_sha, lower($7::text)) OR operation = $7::text
+             OR project = $7::text OR submitted_by = $7::text)
+      LIMIT $8::integer) capped;
 
 -- name: views_executions
 -- Every execution of a job, by fencing token, with its claim time from the events.
@@ -164,11 +175,8 @@ WHERE x.job_id = $1::bigint
 ORDER BY x.lease_version;
 
 -- name: views_job_output
--- The recorded output tail of a job, when its verdict is still the latest for its
--- (project, commit, operation): found by that key, then checked to be this job's.
+-- The recorded output tail of a job: its own verdict (one per job, migration 0011).
 -- $1 job
-SELECT r.exit_code, r.reason, r.log_tail
-FROM fleetq.jobs j
-JOIN fleetq.results r
-  ON r.project = j.project AND r.commit_sha = j.commit_sha AND r.operation = j.operation
-WHERE j.id = $1::bigint AND r.job_id = j.id;
+SELECT v.exit_code, v.reason, v.log_tail
+FROM fleetq.verdicts v
+WHERE v.job_id = $1::bigint;
