@@ -395,8 +395,11 @@ class ConsoleApp(App[None]):
             self.query_one(EventsView).filter_words([message.runner])
             self.action_view("events")
             return
-        where = JobFilter(runner=message.runner, lane=message.lane)
-        self.query_one(JobsView).set_filter(where)
+        self._show_jobs(JobFilter(runner=message.runner, lane=message.lane))
+
+    def _show_jobs(self, where: JobFilter) -> None:
+        """The jobs view under `where` (a drill-down, or `:jobs FILTER`)."""
+        self.query_one(JobsView).where = where
         self.where = where
         self.action_view("jobs")
 
@@ -419,9 +422,7 @@ class ConsoleApp(App[None]):
                 except ValueError as exc:
                     self.notify(clean(str(exc)), title=":jobs", severity="error", markup=False)
                     return
-                self.query_one(JobsView).set_filter(where)
-                self.where = where
-                self.action_view("jobs")
+                self._show_jobs(where)
             elif words and words[-1].isdigit() and words[0] in ("job", "detail", words[-1]):
                 self.detail_job = JobId(int(words[-1]))
                 self.action_view("detail")

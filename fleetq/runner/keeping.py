@@ -19,6 +19,8 @@ from fleetq.runner.fencing import FenceRule
 class LeaseKeeping(RunnerBase):
     """Renewal, fencing, stops and the periodic passes."""
 
+    _renewal_sent: float | None = None  # when the renewal in flight was sent (diagnostics)
+
     def _beat_s(self) -> float:
         """Renew often enough for the lease and for the offline threshold alike."""
         return max(0.2, min(self.lease_seconds, self.offline_after_seconds) / 3)
@@ -27,7 +29,7 @@ class LeaseKeeping(RunnerBase):
         asked = dict(self.executions)
         leases = [(j, ex.claim.lease_version) for j, ex in asked.items()]
         sent = time.monotonic()
-        self._renewal_sent: float | None = sent
+        self._renewal_sent = sent
         try:
             answers = await leasing.heartbeat(self.driver, runner=self.runner, leases=leases)
         finally:
@@ -92,7 +94,7 @@ class LeaseKeeping(RunnerBase):
         now = time.monotonic()
         for ex in list(self.executions.values()):
             if ex.stop_reason is None and rule.due(ex.renewed_at, now):
-                pending = getattr(self, "_renewal_sent", None)
+                pending = self._renewal_sent
                 log.warning(
                     "self-fencing job=%d token=%d: lease not renewed for %.1fs (the database "
                     "could expire it in %.1fs; %s; %s)",

@@ -6,8 +6,6 @@ traceback or a raw database error."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,31 +18,9 @@ from fleetq.core.driver import Driver
 from fleetq.core.models import Outcome, OutcomeReport, RunnerId, RunnerState
 from tests import factories, fleet
 from tests.fleet import SHA
+from tests.integration.conftest import Cli
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "fleet.toml"
-
-Run = tuple[int, str, str]
-Cli = Callable[..., Run]  # fleetq ARGS... -> (exit status, stdout, stderr)
-
-
-@pytest.fixture
-def cli(db_dsn: str, sync_conn: SyncConnection, capsys: pytest.CaptureFixture[str]) -> Cli:
-    fleet.operations(sync_conn)
-
-    def command(argv: list[str]) -> int:
-        try:
-            return fleetq(["--dsn", db_dsn, *argv])
-        except SystemExit as exc:  # argparse's usage errors
-            return int(exc.code or 0)
-
-    def run(*argv: str) -> Run:
-        # a thread of its own: the CLI runs its own event loop, and async tests have one
-        with ThreadPoolExecutor(1) as pool:
-            code = pool.submit(command, list(argv)).result()
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 async def test_result_says_passed_failed_not_yet_and_never(cli: Cli, driver: Driver) -> None:

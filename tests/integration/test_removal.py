@@ -5,13 +5,10 @@ runners forget RUNNER` forgets an offline runner that holds nothing."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from fleetq.cli.main import main as fleetq
 from fleetq.core import leasing, producer, removal, roles
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import AsyncpgDriver, Driver
@@ -20,29 +17,8 @@ from fleetq.core.models import Outcome, OutcomeReport
 from tests import factories, fleet
 from tests.e2e.conftest import wait_until
 from tests.fleet import SHA
+from tests.integration.conftest import Cli
 from tests.integration.test_roles import Login, login  # noqa: F401 (a fixture)
-
-Run = tuple[int, str, str]
-Cli = Callable[..., Run]
-
-
-@pytest.fixture
-def cli(db_dsn: str, sync_conn: SyncConnection, capsys: pytest.CaptureFixture[str]) -> Cli:
-    fleet.operations(sync_conn)
-
-    def command(argv: list[str]) -> int:
-        try:
-            return fleetq(["--dsn", db_dsn, *argv])
-        except SystemExit as exc:
-            return int(exc.code or 0)
-
-    def run(*argv: str) -> Run:
-        with ThreadPoolExecutor(1) as pool:  # the CLI runs an event loop of its own
-            code = pool.submit(command, list(argv)).result()
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 async def test_an_operation_with_live_jobs_is_kept_and_one_without_is_removed(

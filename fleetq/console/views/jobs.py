@@ -286,11 +286,6 @@ class JobsView(Vertical):
                 str(job), "mark", Text("●", style="bold magenta") if job in self.marked else " "
             )
 
-    def set_filter(self, where: JobFilter) -> None:
-        """Show jobs matching `where` (a drill-down from a runner or a lane)."""
-        self.where = where
-        self.post_message(self.Filtered(where))
-
     def action_filter(self) -> None:
         self.add_class("filtering")
         box = self.query_one("#jobs-filter", Input)
