@@ -76,6 +76,14 @@ def fill(dsn: str, jobs: int, runners: int) -> None:
             "INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version) "
             "SELECT 'claimed', id, lease_owner, 1 FROM fleetq.jobs WHERE state = 'running'"
         )
+        # a full week of queue history (what the reaper keeps), so its read is timed at
+        # its largest
+        conn.execute(
+            "INSERT INTO fleetq.queue_samples (at, lane, priority_class, queued, claimed) "
+            "SELECT date_trunc('minute', clock_timestamp()) - make_interval(mins => m), "
+            "'checks', c, m % 50, m % 7 FROM generate_series(0, 7 * 24 * 60 - 1) m, "
+            "generate_series(0, 2) c"
+        )
         conn.execute("ANALYZE")
 
 

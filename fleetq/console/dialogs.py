@@ -145,6 +145,8 @@ Events       / filter by words (Esc clears it)   Enter opens the event's job
 Job detail   / shows only the output lines holding a word (Esc shows all again)
 Overlaps     every window two executions of one job ran at once; Enter opens the job
 Drill down   Enter on a runner: its jobs (e: its events); Enter on a lane: its jobs
+Lanes        the highlighted lane's runners (who can claim its work now, why not the
+             others) and its queue depth and wait by class, a column a minute, 60 min
 Screen       Z freezes it (Z again thaws; r reloads)   c copies the job's id and commit
              w (jobs) every column or the narrow set   s (jobs) sort: newest, oldest,
              state, lease left, lost/reassigned

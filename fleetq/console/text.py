@@ -9,6 +9,7 @@ window).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from rich.text import Text
@@ -65,12 +66,18 @@ def bar(used: int, total: int, width: int = 10) -> Text:
     return text
 
 
-def sparkline(values: list[int]) -> str:
-    """Values as block characters, scaled to the largest."""
-    top = max(values, default=0)
-    if top <= 0:
-        return _BLOCKS[0] * len(values)
-    return "".join(_BLOCKS[min(len(_BLOCKS) - 1, v * (len(_BLOCKS) - 1) // top)] for v in values)
+def sparkline(values: Sequence[float | None]) -> str:
+    """Values as block characters scaled to the largest; a missing value (None) is a
+    blank, so a gap in the record never reads as an empty queue."""
+    top = max((v for v in values if v is not None), default=0)
+    steps = len(_BLOCKS) - 1
+
+    def block(v: float | None) -> str:
+        if v is None:
+            return " "
+        return _BLOCKS[0 if top <= 0 else min(steps, int(v * steps // top))]
+
+    return "".join(block(v) for v in values)
 
 
 STATE_STYLES = {

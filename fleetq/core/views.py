@@ -8,6 +8,7 @@ console computes ages and countdowns from database time, and a test can pin that
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
@@ -22,6 +23,7 @@ THROUGHPUT_BUCKETS = 30
 QUEUE_WAIT_WINDOW_S = 15 * 60
 COUNT_CAP = 100_000  # the jobs view counts matches up to this
 OVERLAPS_SHOWN = 20  # open overlap windows read for the alert strip
+HISTORY_MINUTES = 60  # queue history shown, one sample a minute
 
 
 class _View(BaseModel):
@@ -50,6 +52,45 @@ class ClassWait(_View):
     jobs: int
     p50_s: float
     p95_s: float
+
+
+class LaneHistory(_View):
+    """One lane and priority class over the last HISTORY_MINUTES, one value a minute,
+    oldest first; None where no sample was written (no runner led the reaper then)."""
+
+    lane: str
+    priority_class: int
+    queued: list[int | None]
+    oldest_wait_s: list[float | None]
+    claimed: list[int | None]
+    wait_p50_s: list[float | None]  # None also for a minute without claims
+
+    @property
+    def active(self) -> bool:
+        """Anything queued or claimed in the window (a quiet class is not worth a line)."""
+        return any(self.queued) or any(self.claimed)
+
+
+_HISTORY_COLUMNS = ("queued", "oldest_wait_s", "claimed", "wait_p50_s")
+
+
+def _histories(rows: list[dict[str, Any]], now: datetime) -> list[LaneHistory]:
+    """Samples (ordered by lane, class, minute) placed on the window's minutes."""
+    last = now.replace(second=0, microsecond=0)
+    series: dict[tuple[str, int], dict[str, list[Any]]] = {}
+    for row in rows:
+        key = (str(row["lane"]), int(row["priority_class"]))
+        columns = series.setdefault(
+            key, {name: [None] * HISTORY_MINUTES for name in _HISTORY_COLUMNS}
+        )
+        index = HISTORY_MINUTES - 1 - int((last - row["at"]).total_seconds() // 60)
+        if 0 <= index < HISTORY_MINUTES:
+            for name in _HISTORY_COLUMNS:
+                columns[name][index] = row[name]
+    return [
+        LaneHistory(lane=lane, priority_class=cls, **columns)
+        for (lane, cls), columns in series.items()
+    ]
 
 
 class Alerts(_View):
@@ -82,6 +123,20 @@ class Overview(_View):
     throughput: list[int]  # jobs finished per bucket, oldest first
     runners: list[Runner]
     alerts: Alerts
+    history: list[LaneHistory] = []  # by lane, then class
+
+    def lane_history(self, lane: str) -> list[LaneHistory]:
+        """The lane's classes, class 0 first."""
+        return [h for h in self.history if h.lane == lane]
+
+    def queued_history(self, lane: str) -> list[int | None]:
+        """The lane's queue depth a minute, all classes together."""
+        total: list[int | None] = [None] * HISTORY_MINUTES
+        for h in self.lane_history(lane):
+            for i, value in enumerate(h.queued):
+                if value is not None:
+                    total[i] = (total[i] or 0) + value
+        return total
 
 
 class JobFilter(_View):
@@ -177,6 +232,9 @@ async def overview(driver: Driver, *, at: datetime | None = None) -> Overview:
         ],
         throughput=[int(r["finished"]) for r in throughput],
         runners=runners,
+        history=_histories(
+            await driver.fetch(queries.sql("views_queue_history"), at, HISTORY_MINUTES), at
+        ),
         alerts=Alerts(
             offline_runners=[r.id for r in runners if r.offline],
             open_overlaps=[

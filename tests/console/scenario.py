@@ -253,7 +253,34 @@ def build(conn: SyncConnection) -> dict[str, int]:
             [at(offset), kind, job, who, token, actor, Jsonb(detail)],
         )
     conn.execute("UPDATE fleetq.runners SET stale_rejections = 1 WHERE id = $1", [edge1])
+    _queue_history(conn)
     return ids
+
+
+def _queue_history(conn: SyncConnection) -> None:
+    """An hour of minute samples for lane checks: class 1 built up to 18 queued 25 min ago
+    and drained, class 2 kept one; nothing was sampled 50 to 46 min ago (no runner
+    ran), and lane control stayed empty."""
+    for minutes_ago in range(60):
+        if 46 <= minutes_ago <= 50:
+            continue
+        minute = CLOCK - timedelta(minutes=minutes_ago)
+        build_up = max(0, 18 - abs(minutes_ago - 25)) if 10 <= minutes_ago <= 40 else 0
+        rows = [
+            ("checks", 0, 0, 0, None),
+            ("checks", 1, build_up, 2 if build_up else 1, 6.0 * build_up if build_up else 2.0),
+            ("checks", 2, 1, 1, 30.0),
+            ("control", 0, 0, 0, None),
+            ("control", 1, 0, 0, None),
+            ("control", 2, 0, 0, None),
+        ]
+        for lane, cls, queued, claimed, wait in rows:
+            conn.execute(
+                "INSERT INTO fleetq.queue_samples (at, lane, priority_class, queued, "
+                "oldest_wait_s, claimed, wait_p50_s, wait_max_s) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+                [minute, lane, cls, queued, wait if queued else None, claimed, wait],
+            )
 
 
 def _execution(

@@ -52,13 +52,18 @@ async def test_lanes_view(fleet: tuple[str, dict[str, int]]) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await show(pilot, "2")
         table: DataTable[object] = app.query_one("#lanes-table", DataTable)
-        checks = [str(c) for c in table.get_row("checks")]
+        checks = {key: str(table.get_cell("checks", key)) for key in table.columns}
         # queued 4 (3 lint + browser), running 1, one stop pending, 2 of 4 online slots
-        assert checks[1:5] == ["4", "0", "1", "1"]
+        assert [checks[k] for k in ("queued", "claimed", "running", "stop pending")] == [
+            "4",
+            "0",
+            "1",
+            "1",
+        ]
         # slots in use: build-1's two (the running job and the pending stop) of the 4 slots
         # of online runners (old-1 is offline)
-        assert checks[5].endswith("2/4")
-        assert checks[8] == "4m00s"  # the browser job has waited since CLOCK - 240 s
+        assert checks["slots in use"].endswith("2/4")
+        assert checks["oldest wait"] == "4m00s"  # the browser job waited since CLOCK - 240 s
 
 
 async def test_jobs_view_reasons_marks_and_filter(fleet: tuple[str, dict[str, int]]) -> None:
@@ -247,3 +252,45 @@ async def test_the_events_cursor_stays_on_its_event_as_new_ones_arrive(
         await settled(pilot, before)
         assert _column(table, "kind")[0] == "y"
         assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == key
+
+
+async def test_lanes_view_shows_a_lanes_runners_and_its_queue_history(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Lane → who could take its work now and why the others could not; its queue depth
+    and wait by class over the last hour, a gap where nothing was sampled."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "2")
+        table: DataTable[object] = app.query_one("#lanes-table", DataTable)
+        table.move_cursor(row=table.get_row_index("checks"))
+        await pilot.pause()
+        panel = _text(app, "#lane-detail")
+        assert "2 of 4 runner(s) serving checks can claim now" in panel
+        lines = panel.splitlines()
+        draining = next(line for line in lines if "edge-1" in line)
+        assert "✗" in draining and "draining: kernel update" in draining
+        offline = next(line for line in lines if "old-1" in line)
+        assert "✗" in offline and "no heartbeat for 15m00s" in offline
+        ready = next(line for line in lines if "build-1" in line)
+        assert ready.lstrip().startswith("✓") and "slots 2/2" in ready and "full" in ready
+        at = lines.index(next(line for line in lines if "class 1 queued" in line))
+        depth, wait = lines[at], lines[at + 1]
+        assert "now 0 · peak 18" in depth
+        spark = depth.split("queued ", 1)[1][:60]
+        assert spark[9:14] == "     "  # 50..46 minutes ago: not sampled
+        assert spark.index("█") == 59 - 25  # the peak, 25 minutes ago
+        assert "class 0" not in panel  # quiet all hour
+        assert "wait p50" in wait and "peak 1m48s" in wait
+        # the overview's lanes show the same hour, two minutes a column
+        await show(pilot, "1")
+        lanes: DataTable[object] = app.query_one("#overview-lanes", DataTable)
+        overview_spark = str(lanes.get_cell("checks", "queued, 60 min"))
+        assert len(overview_spark) == 30 and "█" in overview_spark
+        quiet = str(lanes.get_cell("control", "queued, 60 min"))
+        assert quiet[5:7] == "  " and set(quiet) == {"▁", " "}  # empty, and the gap
+        await show(pilot, "2")
+        table.move_cursor(row=table.get_row_index("control"))
+        await pilot.pause()
+        assert "nothing queued or claimed in the window" in _text(app, "#lane-detail")

@@ -11,12 +11,12 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
 
 from fleetq.console.text import STATE_STYLES, age, duration, plain, sparkline, state
-from fleetq.console.views.lanes import show_lanes
+from fleetq.console.views.lanes import HISTORY, show_lanes
 from fleetq.console.views.table import Cell, Table, sync
 from fleetq.core.models import Event
 from fleetq.core.views import THROUGHPUT_BUCKET_S, Overview
 
-LANE_COLUMNS = ("lane", "queued", "claimed", "running", "slots in use", "oldest wait")
+LANE_COLUMNS = ("lane", "queued", "claimed", "running", "slots in use", "oldest wait", HISTORY)
 
 
 def alert_strip(overview: Overview, now: datetime) -> Text:
@@ -109,7 +109,7 @@ class OverviewView(Vertical):
     def show(self, overview: Overview, now: datetime, recent: list[Event]) -> None:
         """Put a fresh overview (and the newest events, newest first) on screen."""
         self.query_one("#alerts", Static).update(alert_strip(overview, now))
-        show_lanes(self.query_one("#overview-lanes", DataTable), overview.lanes, now, LANE_COLUMNS)
+        show_lanes(self.query_one("#overview-lanes", DataTable), overview, now, LANE_COLUMNS)
         waits = Text()
         for w in overview.waits:
             waits.append(f"class {w.priority_class}  ", style="bold")

@@ -180,3 +180,11 @@ ORDER BY x.lease_version;
 SELECT v.exit_code, v.reason, v.log_tail
 FROM fleetq.verdicts v
 WHERE v.job_id = $1::bigint;
+
+-- name: views_queue_history
+-- Queue samples of the last $2 minutes before $1 (one a minute per lane and class, written
+-- by the reaper's leader), oldest first. Read by the primary key's leading column.
+SELECT at, lane, priority_class, queued, oldest_wait_s, claimed, wait_p50_s, wait_max_s
+FROM fleetq.queue_samples
+WHERE at > $1::timestamptz - make_interval(mins => $2::integer) AND at <= $1::timestamptz
+ORDER BY lane, priority_class, at;
