@@ -52,7 +52,7 @@ async def test_lanes_view(fleet: tuple[str, dict[str, int]]) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await show(pilot, "2")
         table: DataTable[object] = app.query_one("#lanes-table", DataTable)
-        checks = {key: str(table.get_cell("checks", key)) for key in table.columns}
+        checks = {str(key.value): str(table.get_cell("checks", key)) for key in table.columns}
         # queued 4 (3 lint + browser), running 1, one stop pending, 2 of 4 online slots
         assert [checks[k] for k in ("queued", "claimed", "running", "stop pending")] == [
             "4",

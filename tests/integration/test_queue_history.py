@@ -18,7 +18,7 @@ def _samples(conn: SyncConnection) -> list[tuple[datetime, str, int, int, int, f
         "SELECT at, lane, priority_class, queued, claimed, wait_p50_s FROM fleetq.queue_samples "
         "ORDER BY at, lane, priority_class"
     ).fetchall()
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+    return [tuple(r) for r in rows]
 
 
 def _reap(conn: SyncConnection, at: datetime) -> tuple[int, int, bool]:
