@@ -71,6 +71,9 @@ class LanesView(Vertical):
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_panel()
 
+    def on_resize(self) -> None:
+        self._show_panel()  # a column a minute, or two, follows the width
+
     def show(self, overview: Overview, now: datetime) -> None:
         """Put the lanes on screen."""
         self.overview = overview
@@ -82,6 +85,9 @@ class LanesView(Vertical):
         lane = selected_key(self.query_one("#lanes-table", DataTable))
         panel = self.query_one("#lane-panel", VerticalScroll)
         if overview is None or lane is None:
+            return
+        if not panel.content_size.width:
+            self.call_after_refresh(self._show_panel)  # laid out on the next refresh
             return
         panel.border_title = f"lane {lane}: its runners, and its queue by class"
         self.query_one("#lane-detail", Static).update(
