@@ -87,8 +87,7 @@ class LanesView(Vertical):
         if overview is None or lane is None:
             return
         if not panel.content_size.width:
-            self.call_after_refresh(self._show_panel)  # laid out on the next refresh
-            return
+            return  # not laid out yet (or hidden): on_resize draws it
         panel.border_title = f"lane {lane}: its runners, and its queue by class"
         self.query_one("#lane-detail", Static).update(
             lane_panel(
