@@ -86,9 +86,12 @@ def _migrate(args: argparse.Namespace) -> int:
             )
         return 0 if all(r.state == migrate.MigrationState.APPLIED for r in rows) else 1
     with wrap_errors():
-        applied = migrate.migrate(dsn)
+        protocol: list[str] = []
+        applied = migrate.migrate(dsn, on_protocol=protocol.append)
     for m in applied:
         print(f"applied {m.name}")
+    for name in protocol:
+        print(f"re-applied {name}")
     print(f"schema up to date ({len(migrate.discover())} migrations)")
     return 0
 

@@ -9,6 +9,12 @@ Why each rule:
   it describes is no longer the schema the database has.
 - Processes that use the queue (runner, console) call `check_schema` and refuse to start
   on a schema that is behind or ahead of their code.
+- The protocol's functions live apart, one file per concern (`migrations/protocol/`:
+  claim, leases, cancel, fleet, ...), as `CREATE OR REPLACE` statements re-applied
+  whenever a file's checksum changes (Flyway's repeatable migrations), after the numbered
+  ones and all in one transaction: a function is read and changed in one place, and a
+  change that fails leaves every function as it was. Tables change only in numbered
+  migrations; a function is dropped or its signature changed in one too.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import hashlib
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -35,6 +41,8 @@ from fleetq.core.resources import shipped_dir
 # pg_advisory_lock key for migrations: an arbitrary constant, shared by every fleetq.
 MIGRATION_LOCK_KEY = 0x666C_6565_7471  # "fleetq"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_PROTOCOL_NAME = re.compile(r"^[a-z0-9_]+\.sql$")
+PROTOCOL = "protocol"  # the subdirectory of the migrations holding the protocol files
 
 
 class Migration(BaseModel):
@@ -90,9 +98,38 @@ def discover(directory: Path | None = None) -> list[Migration]:
     return found
 
 
-def migrate(dsn: str, directory: Path | None = None) -> list[Migration]:
-    """Apply every pending migration; return those applied (empty when up to date)."""
+class ProtocolFile(BaseModel):
+    """One file of protocol functions, re-applied when its checksum changes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    path: Path
+    checksum: str
+
+
+def discover_protocol(directory: Path | None = None) -> list[ProtocolFile]:
+    """The protocol files, in name order (the order they are applied in)."""
+    base = (directory or shipped_dir("migrations")) / PROTOCOL
+    found: list[ProtocolFile] = []
+    for path in sorted(base.glob("*.sql")):
+        if not _PROTOCOL_NAME.match(path.name):
+            raise MigrationError(f"{PROTOCOL}/{path.name}: protocol files are named concern.sql")
+        checksum = hashlib.sha256(path.read_bytes()).hexdigest()
+        found.append(ProtocolFile(name=path.name, path=path, checksum=checksum))
+    return found
+
+
+def migrate(
+    dsn: str,
+    directory: Path | None = None,
+    *,
+    on_protocol: Callable[[str], None] | None = None,
+) -> list[Migration]:
+    """Apply every pending migration, then every changed protocol file (each named to
+    `on_protocol`); return the migrations applied (empty when up to date)."""
     migrations = discover(directory)
+    protocol = discover_protocol(directory)
     with connect(dsn, autocommit=True) as conn:
         conn.execute(sql("migrate_lock"), [MIGRATION_LOCK_KEY])
         try:
@@ -103,11 +140,10 @@ def migrate(dsn: str, directory: Path | None = None) -> list[Migration]:
             for migration in pending:
                 _apply(conn, migration)
             if pending:
-                # what a migration created belongs to whoever migrated, and a new function
-                # is PUBLIC's to execute: ownership and grants are asserted again
-                present = conn.execute(sql("migrate_has_secure")).fetchone()
-                if present is not None and present[0]:
-                    conn.execute(sql("migrate_secure"))
+                _secure(conn)
+            for name in _apply_protocol(conn, protocol):
+                if on_protocol is not None:
+                    on_protocol(name)
             return pending
         finally:
             conn.execute(sql("migrate_unlock"), [MIGRATION_LOCK_KEY])
@@ -187,6 +223,36 @@ def _verify(migrations: list[Migration], applied: dict[int, tuple[str, str, date
     newest_known = len(migrations)
     if applied and max(applied) > newest_known:
         raise SchemaOutOfDate(expected=newest_known, found=max(applied))
+
+
+def _secure(conn: SyncConnection) -> None:
+    """What a migration created belongs to whoever migrated, and a new function is
+    PUBLIC's to execute: ownership and grants are asserted again."""
+    present = conn.execute(sql("migrate_has_secure")).fetchone()
+    if present is not None and present[0]:
+        conn.execute(sql("migrate_secure"))
+
+
+def _apply_protocol(conn: SyncConnection, files: list[ProtocolFile]) -> list[str]:
+    """Re-apply the protocol files whose text changed, all in one transaction; return
+    their names (empty when none changed)."""
+    conn.execute(sql("migrate_protocol_bootstrap"))
+    recorded = {str(n): str(c) for n, c in conn.execute(sql("migrate_protocol_applied"))}
+    changed = [f for f in files if recorded.get(f.name) != f.checksum]
+    if not changed:
+        return []
+    current = changed[0]
+    try:
+        with conn.transaction():
+            for current in changed:
+                conn.execute(current.path.read_bytes())
+                conn.execute(sql("migrate_protocol_record"), [current.name, current.checksum])
+            _secure(conn)
+    except psycopg.Error as exc:
+        raise MigrationError(
+            f"{PROTOCOL}/{current.name} failed; no protocol file was applied: {exc}"
+        ) from exc
+    return [f"{PROTOCOL}/{f.name}" for f in changed]
 
 
 def _apply(conn: SyncConnection, migration: Migration) -> None:

@@ -124,3 +124,47 @@ def test_a_scratch_database_is_migrated_and_dropped(server_dsn: str) -> None:
     with psycopg.connect(server_dsn) as conn:
         gone = conn.execute(b"SELECT count(*) FROM pg_database WHERE datname = %s", [name])
         assert gone.fetchone() == (0,)
+
+
+def _function_source(dsn: str, name: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT prosrc FROM pg_proc WHERE oid = to_regproc(%s)", [f"fleetq.{name}"]
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_protocol_files_are_applied_once_then_again_only_when_changed(
+    empty_dsn: str, migrations_copy: Path
+) -> None:
+    said: list[str] = []
+    migrate.migrate(empty_dsn, migrations_copy, on_protocol=said.append)
+    assert said == [f"protocol/{f.name}" for f in migrate.discover_protocol(migrations_copy)]
+    assert "cancel.sql" in [f.name for f in migrate.discover_protocol(migrations_copy)]
+    said.clear()
+    assert migrate.migrate(empty_dsn, migrations_copy, on_protocol=said.append) == []
+    assert said == []
+
+    cancel = migrations_copy / "protocol" / "cancel.sql"
+    cancel.write_text(cancel.read_text().replace("BEGIN", "BEGIN\n    -- edited", 1))
+    migrate.migrate(empty_dsn, migrations_copy, on_protocol=said.append)
+    assert said == ["protocol/cancel.sql"]
+    assert "-- edited" in _function_source(empty_dsn, "cancel_unchecked")
+
+
+def test_a_failing_protocol_file_leaves_every_function_as_it_was(
+    empty_dsn: str, migrations_copy: Path
+) -> None:
+    migrate.migrate(empty_dsn, migrations_copy)
+    before = _function_source(empty_dsn, "cancel_unchecked")
+    cancel = migrations_copy / "protocol" / "cancel.sql"
+    cancel.write_text(cancel.read_text().replace("BEGIN", "BEGIN\n    -- edited", 1))
+    (migrations_copy / "protocol" / "zz_broken.sql").write_text("SELECT 1/0;\n")
+    with pytest.raises(MigrationError, match=r"protocol/zz_broken\.sql failed; no protocol"):
+        migrate.migrate(empty_dsn, migrations_copy)
+    assert _function_source(empty_dsn, "cancel_unchecked") == before
+    (migrations_copy / "protocol" / "zz_broken.sql").unlink()
+    said: list[str] = []
+    migrate.migrate(empty_dsn, migrations_copy, on_protocol=said.append)
+    assert said == ["protocol/cancel.sql"]  # its change was not recorded as applied

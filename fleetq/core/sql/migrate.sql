@@ -45,3 +45,20 @@ SELECT to_regprocedure('fleetq.secure()') IS NOT NULL AS present;
 -- Ownership (fleetq_owner) and grants (the fleetq_* groups; PUBLIC nothing), asserted
 -- again after migrating.
 SELECT fleetq.secure();
+
+-- name: migrate_protocol_bootstrap
+-- The protocol files (migrations/protocol/*.sql) applied, by checksum: re-applied when
+-- their text changes, unlike numbered migrations, which are applied once.
+CREATE TABLE IF NOT EXISTS fleetq.schema_protocol (
+    name        text PRIMARY KEY,
+    checksum    text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- name: migrate_protocol_applied
+SELECT name, checksum FROM fleetq.schema_protocol;
+
+-- name: migrate_protocol_record
+-- $1 file name, $2 sha256
+INSERT INTO fleetq.schema_protocol (name, checksum) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = clock_timestamp();

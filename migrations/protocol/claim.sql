@@ -1,0 +1,176 @@
+-- Protocol: the claim: eligibility (lane, capabilities, requested node, state, slots, memory,
+-- CPU: all checked before a job is taken) and the claim itself, which takes queued jobs
+-- with FOR UPDATE SKIP LOCKED, reserves capacity and grants a new fencing token.
+--
+-- Applied by `fleetq migrate` whenever this file changes (CREATE OR REPLACE; every
+-- changed protocol file in one transaction). Change a function here; tables, dropped
+-- functions and new signatures go in a numbered migration.
+
+-- The claim's filter: ineligibility(...) IS NULL, in plpgsql on purpose. An inlined
+-- expression would be estimated to pass 0.5% of rows, and the planner would then read
+-- and sort a whole lane instead of walking jobs_queued in order and stopping at the
+-- limit; an opaque boolean function is estimated at 1/3, which keeps the ordered index
+-- scan (test_query_plans.py checks it).
+CREATE OR REPLACE FUNCTION fleetq.eligible(j_capabilities text[], j_requested_node text, j_memory_mb integer, j_cpu_millis integer, r_node text, r_capabilities text[], r_state text, r_offline boolean, r_free_memory_mb integer, r_free_cpu_millis integer, l_slots integer, l_slots_used integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+BEGIN
+    RETURN fleetq.ineligibility(j_capabilities, j_requested_node, j_memory_mb, j_cpu_millis,
+                                r_node, r_capabilities, r_state, r_offline, r_free_memory_mb,
+                                r_free_cpu_millis, l_slots, l_slots_used) IS NULL;
+END;
+$function$;
+
+-- THE eligibility rule (DESIGN §3 "match before claim"): NULL when a runner can take the
+-- job now, else the first failing reason. The claim filters on it and `explain` reports
+-- it, so the two cannot disagree. Permanent reasons come first (the runner could never
+-- run the job), then the runner's state, then capacity that may free up.
+CREATE OR REPLACE FUNCTION fleetq.ineligibility(j_capabilities text[], j_requested_node text, j_memory_mb integer, j_cpu_millis integer, r_node text, r_capabilities text[], r_state text, r_offline boolean, r_free_memory_mb integer, r_free_cpu_millis integer, l_slots integer, l_slots_used integer)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT CASE
+        WHEN l_slots IS NULL THEN 'lane'
+        WHEN NOT (j_capabilities <@ r_capabilities) THEN 'capability'
+        WHEN j_requested_node IS NOT NULL AND j_requested_node <> r_node THEN 'node'
+        WHEN r_offline OR r_state = 'offline' THEN 'offline'
+        WHEN r_state <> 'active' THEN r_state
+        WHEN l_slots_used >= l_slots THEN 'slots'
+        WHEN j_memory_mb > r_free_memory_mb THEN 'memory'
+        WHEN j_cpu_millis > r_free_cpu_millis THEN 'cpu'
+    END
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.claim_unchecked(p_runner text, p_lane text, p_limit integer, p_claim_id uuid)
+ RETURNS TABLE(job_id bigint, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    r fleetq.runners%ROWTYPE;
+    l fleetq.runner_lanes%ROWTYPE;
+    v_free_memory integer;
+    v_free_cpu integer;
+    v_offline boolean;
+    v_lease interval := fleetq.setting_seconds('lease_seconds');
+BEGIN
+    -- A retried claim (its reply was lost after commit) gets back what it took, instead
+    -- of leaving those jobs stranded until their lease expires.
+    IF EXISTS (SELECT 1 FROM fleetq.jobs j
+               WHERE j.claim_id = p_claim_id AND j.state IN ('claimed', 'running')) THEN
+        RETURN QUERY
+        SELECT j.id, j.lease_version, j.lease_expires_at, j.project, j.operation, j.commit_sha,
+               j.requested_node, j.payload, j.task_id, j.timeout_s, j.memory_mb, j.cpu_millis,
+               j.priority_class, j.reassign_count, j.lost_count
+        FROM fleetq.jobs j
+        WHERE j.claim_id = p_claim_id AND j.lease_owner = p_runner
+          AND j.state IN ('claimed', 'running')
+        ORDER BY j.priority_class, j.created_at, j.id;
+        RETURN;
+    END IF;
+
+    -- Claims of one runner serialize on its row, so the free capacity read here is still
+    -- free when the reservation below is written.
+    SELECT * INTO r FROM fleetq.runners WHERE id = p_runner FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown runner %', p_runner USING ERRCODE = 'FQ004';
+    END IF;
+    SELECT * INTO l FROM fleetq.runner_lanes WHERE runner_id = p_runner AND lane = p_lane;
+    v_free_memory := r.memory_mb - r.reserved_memory_mb;
+    v_free_cpu := r.cpu_millis - r.reserved_cpu_millis;
+    v_offline := fleetq.runner_is_stale(r.last_heartbeat_at);
+
+    RETURN QUERY
+    WITH candidates AS (
+        -- Eligible queued jobs in priority order: an index scan on jobs_queued that stops
+        -- at the limit. SKIP LOCKED: a row another claimer holds is skipped, not waited
+        -- for, so an empty answer does not prove the queue is empty.
+        SELECT j.id, j.memory_mb, j.cpu_millis, j.priority_class, j.created_at
+        FROM fleetq.jobs j
+        WHERE j.state = 'queued' AND j.lane = p_lane
+          AND fleetq.eligible(j.capabilities, j.requested_node, j.memory_mb, j.cpu_millis,
+                              r.node, r.capabilities, r.state, v_offline, v_free_memory,
+                              v_free_cpu, l.slots, l.slots_used)
+        ORDER BY j.priority_class, j.created_at, j.id
+        LIMIT least(p_limit, coalesce(l.slots - l.slots_used, 0))
+        FOR UPDATE SKIP LOCKED
+    ),
+    fitting AS (
+        -- Each candidate fits alone; together only a prefix may: keep the prefix whose
+        -- running totals fit, so the batch never over-reserves.
+        SELECT c.id,
+               sum(c.memory_mb) OVER w AS memory_total,
+               sum(c.cpu_millis) OVER w AS cpu_total
+        FROM candidates c
+        WINDOW w AS (ORDER BY c.priority_class, c.created_at, c.id)
+    ),
+    taken AS (
+        UPDATE fleetq.jobs j
+        SET state = 'claimed',
+            lease_owner = p_runner,
+            reserved_on = p_runner,
+            lease_version = j.lease_version + 1,
+            lease_expires_at = clock_timestamp() + v_lease,
+            claim_id = p_claim_id,
+            claimed_at = clock_timestamp(),
+            updated_at = clock_timestamp()
+        FROM fitting f
+        WHERE j.id = f.id AND f.memory_total <= v_free_memory AND f.cpu_total <= v_free_cpu
+        RETURNING j.*
+    ),
+    reserve_runner AS (
+        UPDATE fleetq.runners rr
+        SET reserved_memory_mb = rr.reserved_memory_mb + t.memory,
+            reserved_cpu_millis = rr.reserved_cpu_millis + t.cpu
+        FROM (SELECT sum(taken.memory_mb)::integer AS memory, sum(taken.cpu_millis)::integer AS cpu,
+                     count(*) AS n
+              FROM taken) t
+        WHERE rr.id = p_runner AND t.n > 0
+    ),
+    reserve_slots AS (
+        UPDATE fleetq.runner_lanes rl
+        SET slots_used = rl.slots_used + t.n
+        FROM (SELECT count(*)::integer AS n FROM taken) t
+        WHERE rl.runner_id = p_runner AND rl.lane = p_lane AND t.n > 0
+    ),
+    logged AS (
+        INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version)
+        SELECT 'claimed', t.id, p_runner, t.lease_version FROM taken t
+    ),
+    started AS (
+        -- An in-process handler starts when it is claimed: its execution is recorded
+        -- now, so a handler frozen past its lease shows its overlap with the next token.
+        INSERT INTO fleetq.executions
+            (job_id, lease_version, runner_id, node, run_id, launched_at, start_reported_at)
+        SELECT t.id, t.lease_version, p_runner, r.node, gen_random_uuid(), t.claimed_at,
+               t.claimed_at
+        FROM taken t
+        JOIN fleetq.operations o ON o.project = t.project AND o.name = t.operation
+        WHERE o.handler IS NOT NULL
+    )
+    SELECT t.id, t.lease_version, t.lease_expires_at, t.project, t.operation, t.commit_sha,
+           t.requested_node, t.payload, t.task_id, t.timeout_s, t.memory_mb, t.cpu_millis,
+           t.priority_class, t.reassign_count, t.lost_count
+    FROM taken t
+    ORDER BY t.priority_class, t.created_at, t.id;
+
+    IF FOUND THEN
+        PERFORM pg_notify('fleetq_events', '');
+    END IF;
+END;
+$function$;
+
+-- ---------------------------------------------------------------------------------------
+-- Runner entry points: the runner is the caller's own.
+CREATE OR REPLACE FUNCTION fleetq.claim(p_runner text, p_lane text, p_limit integer, p_claim_id uuid)
+ RETURNS TABLE(job_id bigint, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT * FROM fleetq.claim_unchecked(fleetq.acting_runner(p_runner), p_lane, p_limit,
+                                         p_claim_id)
+$function$;

@@ -1,0 +1,84 @@
+-- Protocol: Shared helpers: settings, the event log, clocks of staleness and of measured ends.
+--
+-- Applied by `fleetq migrate` whenever this file changes (CREATE OR REPLACE; every
+-- changed protocol file in one transaction). Change a function here; tables, dropped
+-- functions and new signatures go in a numbered migration.
+
+-- ---------------------------------------------------------------------------------------
+-- Helpers
+CREATE OR REPLACE FUNCTION fleetq.setting_int(p_name text)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT (value #>> '{}')::integer FROM fleetq.settings WHERE name = p_name
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.setting_seconds(p_name text)
+ RETURNS interval
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT make_interval(secs => fleetq.setting_int(p_name))
+$function$;
+
+-- Append events (one per job, or one with no job) and wake the console.
+CREATE OR REPLACE FUNCTION fleetq.log_events(p_kind text, p_jobs bigint[], p_runner text, p_versions bigint[], p_actor text, p_detail jsonb DEFAULT '{}'::jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF p_jobs IS NULL THEN
+        INSERT INTO fleetq.events (kind, runner_id, actor, detail)
+        VALUES (p_kind, p_runner, p_actor, p_detail);
+    ELSIF cardinality(p_jobs) > 0 THEN
+        INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version, actor, detail)
+        SELECT p_kind, j, p_runner, v, p_actor, p_detail
+        FROM unnest(p_jobs, p_versions) AS t(j, v);
+    ELSE
+        RETURN;
+    END IF;
+    PERFORM pg_notify('fleetq_events', '');
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.refuse_event_rewrite()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    RAISE EXCEPTION 'fleetq.events is append-only' USING ERRCODE = 'insufficient_privilege';
+END;
+$function$;
+
+-- The end of an execution that ended p_ago_ms before now (NULL: unknown, now is an
+-- upper bound), never before its launch.
+CREATE OR REPLACE FUNCTION fleetq.measured_end(p_launched timestamp with time zone, p_ago_ms integer)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+AS $function$
+    SELECT CASE WHEN p_ago_ms IS NULL THEN clock_timestamp()
+                ELSE greatest(coalesce(p_launched, '-infinity'),
+                              clock_timestamp() - make_interval(secs => p_ago_ms / 1000.0))
+           END
+$function$;
+
+-- Whether a runner's heartbeat is too old: it is then offline, whatever its state says.
+CREATE OR REPLACE FUNCTION fleetq.runner_is_stale(p_last_heartbeat timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT p_last_heartbeat < clock_timestamp() - fleetq.setting_seconds('runner_offline_after_seconds')
+$function$;
+
+-- Whether a runner is listed: forgotten runners are not, until they are heard from again
+-- (a runner that registers or heartbeats after it was forgotten is back, with no step of
+-- its own: the hot path is untouched).
+CREATE OR REPLACE FUNCTION fleetq.runner_listed(p_forgotten_at timestamp with time zone, p_last_heartbeat timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT p_forgotten_at IS NULL OR p_last_heartbeat > p_forgotten_at
+$function$;

@@ -1,0 +1,611 @@
+-- Protocol: Everything a lease holder writes, each guarded by owner and token (the fencing token):
+-- heartbeat, start report, outcome, hand-back, loss report, stop confirmation, the
+-- fenced ledger and job output; and the refusals a zombie's writes get.
+--
+-- Applied by `fleetq migrate` whenever this file changes (CREATE OR REPLACE; every
+-- changed protocol file in one transaction). Change a function here; tables, dropped
+-- functions and new signatures go in a numbered migration.
+
+CREATE OR REPLACE FUNCTION fleetq.note_stale(p_runner text, p_kind text, p_jobs bigint[], p_versions bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_zombie bigint[];
+    v_zombie_versions bigint[];
+    v_self bigint[];
+    v_self_versions bigint[];
+BEGIN
+    IF coalesce(cardinality(p_jobs), 0) = 0 THEN
+        RETURN;
+    END IF;
+    WITH w AS (
+        SELECT i.id, i.version,
+               coalesce(j.released_by = p_runner AND j.released_version = i.version
+                        AND j.lease_version = i.version, false) AS own
+        FROM unnest(p_jobs, p_versions) AS i(id, version)
+        LEFT JOIN fleetq.jobs j ON j.id = i.id
+    )
+    SELECT array_agg(w.id) FILTER (WHERE NOT w.own),
+           array_agg(w.version) FILTER (WHERE NOT w.own),
+           array_agg(w.id) FILTER (WHERE w.own),
+           array_agg(w.version) FILTER (WHERE w.own)
+    INTO v_zombie, v_zombie_versions, v_self, v_self_versions
+    FROM w;
+    UPDATE fleetq.runners
+    SET stale_rejections = stale_rejections + coalesce(cardinality(v_zombie), 0),
+        self_races = self_races + coalesce(cardinality(v_self), 0)
+    WHERE id = p_runner;
+    IF v_zombie IS NOT NULL THEN
+        PERFORM fleetq.log_events('stale_rejected', v_zombie, p_runner, v_zombie_versions, NULL,
+                                  jsonb_build_object('write', p_kind));
+    END IF;
+    IF v_self IS NOT NULL THEN
+        PERFORM fleetq.log_events('stale_self_race', v_self, p_runner, v_self_versions, NULL,
+                                  jsonb_build_object('write', p_kind));
+    END IF;
+END;
+$function$;
+
+-- The fence of a runner handing a lease back (a loss report, a release): NULL when the
+-- caller holds (job, version) live, with the row now locked in its transaction; else
+-- 'already' (this same hand-back committed before and no newer claim happened since)
+-- or 'stale' (counted against the runner).
+CREATE OR REPLACE FUNCTION fleetq.hand_back_guard(p_runner text, p_job bigint, p_version bigint, p_kind text)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    j fleetq.jobs%ROWTYPE;
+BEGIN
+    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
+    IF FOUND AND j.lease_owner = p_runner AND j.lease_version = p_version
+       AND j.state IN ('claimed', 'running') THEN
+        RETURN NULL;
+    END IF;
+    IF FOUND AND j.released_by = p_runner AND j.released_version = p_version
+       AND j.lease_version = p_version AND j.released_kind = p_kind THEN
+        RETURN 'already';
+    END IF;
+    PERFORM fleetq.note_stale(p_runner, p_kind, ARRAY[p_job], ARRAY[p_version]);
+    RETURN 'stale';
+END;
+$function$;
+
+-- Give back capacity reserved by jobs whose lease ended (one row per job). Callers clear
+-- jobs.reserved_on in their own UPDATE and pass the values it had.
+CREATE OR REPLACE FUNCTION fleetq.give_back(p_runners text[], p_lanes text[], p_memory integer[], p_cpu integer[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF coalesce(cardinality(p_runners), 0) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM fleetq.runners WHERE id = ANY (p_runners) ORDER BY id FOR UPDATE;
+    UPDATE fleetq.runners r
+    SET reserved_memory_mb = r.reserved_memory_mb - g.memory,
+        reserved_cpu_millis = r.reserved_cpu_millis - g.cpu
+    FROM (SELECT runner, sum(memory)::integer AS memory, sum(cpu)::integer AS cpu
+          FROM unnest(p_runners, p_memory, p_cpu) AS t(runner, memory, cpu)
+          GROUP BY runner) g
+    WHERE r.id = g.runner;
+    UPDATE fleetq.runner_lanes l
+    SET slots_used = l.slots_used - g.n
+    FROM (SELECT runner, lane, count(*)::integer AS n
+          FROM unnest(p_runners, p_lanes) AS t(runner, lane)
+          GROUP BY runner, lane) g
+    WHERE l.runner_id = g.runner AND l.lane = g.lane;
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.record_outcomes(p_jobs bigint[], p_exit_codes integer[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    INSERT INTO fleetq.verdicts
+        (job_id, project, commit_sha, operation, verdict, exit_code, reason, log_tail,
+         prepare_ms, run_ms)
+    SELECT j.id, j.project, j.commit_sha, j.operation,
+           CASE j.state WHEN 'succeeded' THEN 'passed' ELSE j.state END,
+           t.exit_code, j.failure_reason, coalesce(t.log_tail, ''), t.prepare_ms, t.run_ms
+    FROM unnest(p_jobs, p_exit_codes, p_log_tails, p_prepare_ms, p_run_ms)
+         AS t(job_id, exit_code, log_tail, prepare_ms, run_ms)
+    JOIN fleetq.jobs j ON j.id = t.job_id
+    ON CONFLICT (job_id) DO NOTHING;  -- one outcome per job: a repeat changes nothing
+
+    INSERT INTO fleetq.task_notifications (task_id, job_id, state, verdict)
+    SELECT j.task_id, j.id, j.state, CASE j.state WHEN 'succeeded' THEN 'passed' ELSE j.state END
+    FROM fleetq.jobs j
+    WHERE j.id = ANY (p_jobs) AND j.task_id IS NOT NULL;
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.heartbeat_unchecked(p_runner text, p_jobs bigint[], p_versions bigint[])
+ RETURNS TABLE(job_id bigint, status text, lease_expires_at timestamp with time zone)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_locked bigint[];
+    v_ids bigint[];
+    v_expiry timestamptz[];
+    v_stale bigint[];
+    v_stale_versions bigint[];
+    v_lease interval := fleetq.setting_seconds('lease_seconds');
+BEGIN
+    SELECT array_agg(l.id) INTO v_locked
+    FROM (SELECT j.id FROM fleetq.jobs j WHERE j.id = ANY (p_jobs)
+          ORDER BY j.id FOR UPDATE SKIP LOCKED) l;
+    WITH renewed AS (
+        UPDATE fleetq.jobs j
+        SET lease_expires_at = clock_timestamp() + v_lease
+        FROM unnest(p_jobs, p_versions) AS i(id, version)
+        WHERE j.id = i.id AND j.id = ANY (coalesce(v_locked, '{}'))
+          AND j.lease_owner = p_runner AND j.lease_version = i.version
+          AND j.state IN ('claimed', 'running')
+        RETURNING j.id, j.lease_expires_at
+    )
+    SELECT array_agg(renewed.id), array_agg(renewed.lease_expires_at) INTO v_ids, v_expiry
+    FROM renewed;
+
+    -- stale: rows we could look at and that are no longer ours (a busy row is not known)
+    SELECT array_agg(i.id), array_agg(i.version) INTO v_stale, v_stale_versions
+    FROM unnest(p_jobs, p_versions) AS i(id, version)
+    WHERE i.id <> ALL (coalesce(v_ids, '{}'))
+      AND (i.id = ANY (coalesce(v_locked, '{}'))
+           OR NOT EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = i.id));
+    PERFORM fleetq.note_stale(p_runner, 'heartbeat', v_stale, v_stale_versions);
+
+    -- The runner is alive; a draining runner with nothing left is drained. Not waited
+    -- for: if another transaction holds the runner's row (its own handler committing an
+    -- outcome, a claim), the leases above are what matter, and the next beat says alive.
+    UPDATE fleetq.runners r
+    SET last_heartbeat_at = clock_timestamp(),
+        state = CASE WHEN r.state = 'draining' AND NOT EXISTS
+                         (SELECT 1 FROM fleetq.jobs j WHERE j.reserved_on = p_runner)
+                     THEN 'drained' ELSE r.state END,
+        state_changed_at = CASE WHEN r.state = 'draining' AND NOT EXISTS
+                         (SELECT 1 FROM fleetq.jobs j WHERE j.reserved_on = p_runner)
+                     THEN clock_timestamp() ELSE r.state_changed_at END
+    WHERE r.id = (SELECT x.id FROM fleetq.runners x WHERE x.id = p_runner
+                  FOR UPDATE SKIP LOCKED);
+
+    RETURN QUERY
+    SELECT i.id,
+           CASE WHEN e.id IS NOT NULL THEN 'ok'
+                WHEN i.id = ANY (coalesce(v_stale, '{}')) THEN 'stale'
+                ELSE 'busy' END,
+           e.expiry
+    FROM unnest(p_jobs) WITH ORDINALITY AS i(id, n)
+    LEFT JOIN unnest(v_ids, v_expiry) AS e(id, expiry) ON e.id = i.id
+    ORDER BY i.n;
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.heartbeat(p_runner text, p_jobs bigint[], p_versions bigint[])
+ RETURNS TABLE(job_id bigint, status text, lease_expires_at timestamp with time zone)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT * FROM fleetq.heartbeat_unchecked(fleetq.acting_runner(p_runner), p_jobs, p_versions)
+$function$;
+
+-- Launch times on the database's clock.
+--
+-- report_start recorded an execution's launched_at as the process start time the runner
+-- reported. That time comes from the node (psutil derives it from the boot time, which
+-- the kernel gives in whole seconds), so it could fall up to a second before the claim
+-- that led to it, and overlap windows (measured against database-clock ends) came out
+-- too long. The process start stays recorded as evidence of identity
+-- (process_started_at); launched_at is now clamped between this lease's claim and the
+-- start report, both database times. An adopted run still keeps its earlier start.
+CREATE OR REPLACE FUNCTION fleetq.report_start_unchecked(p_runner text, p_job bigint, p_version bigint, p_node text, p_run_id uuid, p_pid integer, p_process_started_at timestamp with time zone, p_prepare_ms integer)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_claimed_at timestamptz;
+BEGIN
+    UPDATE fleetq.jobs
+    SET state = 'running', started_at = clock_timestamp(), updated_at = clock_timestamp(),
+        lease_expires_at = clock_timestamp() + fleetq.setting_seconds('lease_seconds')
+    WHERE id = p_job AND lease_owner = p_runner AND lease_version = p_version AND state = 'claimed'
+    RETURNING claimed_at INTO v_claimed_at;
+    IF FOUND THEN
+        INSERT INTO fleetq.executions
+            (job_id, lease_version, runner_id, node, run_id, pid, process_started_at,
+             prepared_at, launched_at, start_reported_at, prepare_ms)
+        VALUES
+            (p_job, p_version, p_runner, p_node, p_run_id, p_pid, p_process_started_at,
+             clock_timestamp(),
+             least(clock_timestamp(),
+                   greatest(coalesce(p_process_started_at, clock_timestamp()), v_claimed_at)),
+             clock_timestamp(), p_prepare_ms);
+        PERFORM fleetq.log_events('started', ARRAY[p_job], p_runner, ARRAY[p_version], NULL,
+                                  jsonb_build_object('run_id', p_run_id, 'pid', p_pid,
+                                                     'node', p_node));
+        RETURN 'ok';
+    END IF;
+    IF EXISTS (SELECT 1 FROM fleetq.executions
+               WHERE job_id = p_job AND lease_version = p_version AND runner_id = p_runner
+                 AND run_id = p_run_id) THEN
+        RETURN 'already';
+    END IF;
+    PERFORM fleetq.note_stale(p_runner, 'start', ARRAY[p_job], ARRAY[p_version]);
+    RETURN 'stale';
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.report_start(p_runner text, p_job bigint, p_version bigint, p_node text, p_run_id uuid, p_pid integer, p_process_started_at timestamp with time zone, p_prepare_ms integer)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT fleetq.report_start_unchecked(fleetq.acting_runner(p_runner), p_job, p_version,
+                                         p_node, p_run_id, p_pid, p_process_started_at,
+                                         p_prepare_ms)
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.complete_unchecked(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[])
+ RETURNS TABLE(job_id bigint, status text)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_done bigint[];
+    v_lanes text[];
+    v_memory integer[];
+    v_cpu integer[];
+    v_versions bigint[];
+    v_stale bigint[];
+    v_stale_versions bigint[];
+    v_already bigint[];
+    v_ids bigint[];
+    v_codes integer[];
+    v_tails text[];
+    v_prepare integer[];
+    v_run integer[];
+BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o WHERE o NOT IN ('succeeded', 'failed', 'refused')) THEN
+        RAISE EXCEPTION 'an outcome is succeeded, failed or refused' USING ERRCODE = 'FQ003';
+    END IF;
+    PERFORM 1 FROM fleetq.jobs j WHERE j.id = ANY (p_jobs) ORDER BY j.id FOR UPDATE;
+
+    WITH input AS (
+        SELECT * FROM unnest(p_jobs, p_versions, p_outcomes, p_reasons)
+                 AS i(id, version, outcome, reason)
+    ),
+    done AS (
+        UPDATE fleetq.jobs j
+        SET state = i.outcome,
+            failure_reason = CASE WHEN i.outcome = 'succeeded' THEN NULL
+                                  ELSE coalesce(i.reason, 'exit') END,
+            finished_at = clock_timestamp(),
+            updated_at = clock_timestamp(),
+            lease_owner = NULL,
+            lease_expires_at = NULL,
+            reserved_on = NULL,
+            released_by = p_runner,
+            released_version = i.version,
+            released_kind = 'outcome'
+        FROM input i
+        WHERE j.id = i.id AND j.lease_owner = p_runner AND j.lease_version = i.version
+          AND j.state IN ('claimed', 'running')
+        RETURNING j.id, j.lane, j.memory_mb, j.cpu_millis, j.lease_version, j.state
+    )
+    SELECT array_agg(d.id), array_agg(d.lane), array_agg(d.memory_mb), array_agg(d.cpu_millis),
+           array_agg(d.lease_version)
+    INTO v_done, v_lanes, v_memory, v_cpu, v_versions
+    FROM done d;
+
+    IF v_done IS NOT NULL THEN
+        -- a live lease held its owner's capacity (CHECK on jobs): give it back
+        PERFORM fleetq.give_back(array_fill(p_runner, ARRAY[cardinality(v_done)]), v_lanes,
+                                 v_memory, v_cpu);
+        UPDATE fleetq.executions e
+        SET ended_at = coalesce(e.ended_at, fleetq.measured_end(e.launched_at, i.ago)),
+            end_measured = CASE WHEN e.ended_at IS NULL THEN i.ago IS NOT NULL
+                                ELSE e.end_measured END,
+            exit_code = i.exit_code, run_ms = i.run_ms
+        FROM unnest(p_jobs, p_versions, p_exit_codes, p_run_ms, p_ended_ago_ms)
+             AS i(id, version, exit_code, run_ms, ago)
+        WHERE e.job_id = i.id AND e.lease_version = i.version AND i.id = ANY (v_done);
+        SELECT array_agg(i.id ORDER BY i.n), array_agg(i.c ORDER BY i.n),
+               array_agg(i.t ORDER BY i.n), array_agg(i.p ORDER BY i.n), array_agg(i.r ORDER BY i.n)
+        INTO v_ids, v_codes, v_tails, v_prepare, v_run
+        FROM unnest(p_jobs, p_exit_codes, p_log_tails, p_prepare_ms, p_run_ms)
+             WITH ORDINALITY AS i(id, c, t, p, r, n)
+        WHERE i.id = ANY (v_done);
+        PERFORM fleetq.record_outcomes(v_ids, v_codes, v_tails, v_prepare, v_run);
+        INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version, detail)
+        SELECT j.state, j.id, p_runner, j.lease_version,
+               jsonb_build_object('exit_code', i.exit_code, 'reason', j.failure_reason)
+        FROM fleetq.jobs j
+        JOIN unnest(p_jobs, p_exit_codes) AS i(id, exit_code) ON i.id = j.id
+        WHERE j.id = ANY (v_done);
+        PERFORM pg_notify('fleetq_events', '');
+    END IF;
+
+    -- Not done: either this same outcome committed earlier (reply lost), or stale.
+    -- The usual batch is all done: answer it without reading anything more.
+    IF coalesce(cardinality(v_done), 0) = cardinality(p_jobs) THEN
+        RETURN QUERY SELECT i.id, 'ok'::text FROM unnest(p_jobs) WITH ORDINALITY AS i(id, n)
+                     ORDER BY i.n;
+        RETURN;
+    END IF;
+    SELECT array_agg(j.id) INTO v_already
+    FROM fleetq.jobs j
+    JOIN unnest(p_jobs, p_versions) AS i(id, version) ON i.id = j.id
+    WHERE j.id <> ALL (coalesce(v_done, '{}'))
+      AND j.released_by = p_runner AND j.released_version = i.version
+      AND j.lease_version = i.version AND j.released_kind = 'outcome';
+    SELECT array_agg(i.id), array_agg(i.version) INTO v_stale, v_stale_versions
+    FROM unnest(p_jobs, p_versions) AS i(id, version)
+    WHERE i.id <> ALL (coalesce(v_done, '{}')) AND i.id <> ALL (coalesce(v_already, '{}'));
+    PERFORM fleetq.note_stale(p_runner, 'outcome', v_stale, v_stale_versions);
+    -- A stale outcome changes no job, but it is evidence: the writer's own execution
+    -- under that token has ended (a zombie's run, say), which closes its overlap window.
+    UPDATE fleetq.executions e
+    SET ended_at = fleetq.measured_end(e.launched_at, i.ago), end_measured = i.ago IS NOT NULL,
+        exit_code = i.exit_code, run_ms = i.run_ms
+    FROM unnest(p_jobs, p_versions, p_exit_codes, p_run_ms, p_ended_ago_ms)
+         AS i(id, version, exit_code, run_ms, ago)
+    WHERE e.job_id = i.id AND e.lease_version = i.version AND e.runner_id = p_runner
+      AND e.ended_at IS NULL AND i.id = ANY (coalesce(v_stale, '{}'));
+
+    RETURN QUERY
+    SELECT i.id,
+           CASE WHEN i.id = ANY (coalesce(v_done, '{}')) THEN 'ok'
+                WHEN i.id = ANY (coalesce(v_already, '{}')) THEN 'already'
+                ELSE 'stale' END
+    FROM unnest(p_jobs) WITH ORDINALITY AS i(id, n)
+    ORDER BY i.n;
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.complete(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[])
+ RETURNS TABLE(job_id bigint, status text)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT * FROM fleetq.complete_unchecked(fleetq.acting_runner(p_runner), p_jobs, p_versions,
+                                            p_outcomes, p_exit_codes, p_reasons, p_log_tails,
+                                            p_prepare_ms, p_run_ms, p_ended_ago_ms)
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.release_unchecked(p_runner text, p_job bigint, p_version bigint, p_reason text, p_fenced boolean DEFAULT false, p_ended_ago_ms integer DEFAULT NULL::integer)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    j fleetq.jobs%ROWTYPE;
+    v_answer text;
+    v_fail boolean;
+BEGIN
+    v_answer := fleetq.hand_back_guard(p_runner, p_job, p_version, 'release');
+    IF v_answer IS NOT NULL THEN
+        RETURN v_answer;
+    END IF;
+    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job;
+    v_fail := p_fenced AND j.reassign_count + 1 > fleetq.setting_int('reassignment_cap');
+    UPDATE fleetq.jobs
+    SET state = CASE WHEN v_fail THEN 'failed' ELSE 'queued' END,
+        failure_reason = CASE WHEN v_fail THEN 'reassignments_exhausted' END,
+        finished_at = CASE WHEN v_fail THEN clock_timestamp() END,
+        reassign_count = reassign_count + CASE WHEN p_fenced THEN 1 ELSE 0 END,
+        lease_owner = NULL, lease_expires_at = NULL, reserved_on = NULL,
+        claim_id = NULL, released_by = p_runner, released_version = p_version,
+        released_kind = 'release', updated_at = clock_timestamp()
+    WHERE id = p_job;
+    PERFORM fleetq.give_back(ARRAY[p_runner], ARRAY[j.lane], ARRAY[j.memory_mb], ARRAY[j.cpu_millis]);
+    UPDATE fleetq.executions
+    SET ended_at = coalesce(ended_at, fleetq.measured_end(launched_at, p_ended_ago_ms)),
+        end_measured = CASE WHEN ended_at IS NULL THEN p_ended_ago_ms IS NOT NULL
+                            ELSE end_measured END,
+        stop_reason = coalesce(stop_reason, CASE WHEN p_fenced THEN 'self_fenced' ELSE 'shutdown' END),
+        stop_confirmed = true
+    WHERE job_id = p_job AND lease_version = p_version;
+    PERFORM fleetq.log_events('released', ARRAY[p_job], p_runner, ARRAY[p_version], NULL,
+                              jsonb_build_object('reason', p_reason, 'fenced', p_fenced));
+    IF v_fail THEN
+        PERFORM fleetq.record_outcomes(ARRAY[p_job], ARRAY[NULL::integer], ARRAY[NULL::text],
+                                       ARRAY[NULL::integer], ARRAY[NULL::integer]);
+        PERFORM fleetq.log_events('failed', ARRAY[p_job], p_runner, ARRAY[p_version], NULL,
+                                  '{"reason": "reassignments_exhausted"}');
+        RETURN 'failed';
+    END IF;
+    PERFORM pg_notify('fleetq_work', j.lane);
+    RETURN 'ok';
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.release(p_runner text, p_job bigint, p_version bigint, p_reason text, p_fenced boolean DEFAULT false, p_ended_ago_ms integer DEFAULT NULL::integer)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT fleetq.release_unchecked(fleetq.acting_runner(p_runner), p_job, p_version, p_reason,
+                                    p_fenced, p_ended_ago_ms)
+$function$;
+
+-- An explicit loss (DESIGN §1.5): the first requeues, the second fails with reason 'lost'.
+-- Lease expiry is a different path (reap) and never touches lost_count.
+CREATE OR REPLACE FUNCTION fleetq.report_lost_unchecked(p_runner text, p_job bigint, p_version bigint, p_reason text)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    j fleetq.jobs%ROWTYPE;
+    v_requeue boolean;
+    v_answer text;
+BEGIN
+    v_answer := fleetq.hand_back_guard(p_runner, p_job, p_version, 'lost');
+    IF v_answer IS NOT NULL THEN
+        RETURN v_answer;
+    END IF;
+    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job;
+    v_requeue := j.lost_count = 0;
+    UPDATE fleetq.jobs
+    SET state = CASE WHEN v_requeue THEN 'queued' ELSE 'failed' END,
+        failure_reason = CASE WHEN v_requeue THEN NULL ELSE 'lost' END,
+        finished_at = CASE WHEN v_requeue THEN NULL ELSE clock_timestamp() END,
+        lost_count = lost_count + 1,
+        lease_owner = NULL, lease_expires_at = NULL, reserved_on = NULL, claim_id = NULL,
+        released_by = p_runner, released_version = p_version, released_kind = 'lost',
+        updated_at = clock_timestamp()
+    WHERE id = p_job;
+    PERFORM fleetq.give_back(ARRAY[p_runner], ARRAY[j.lane], ARRAY[j.memory_mb], ARRAY[j.cpu_millis]);
+    UPDATE fleetq.executions
+    SET ended_at = clock_timestamp(), stop_reason = 'lost'
+    WHERE job_id = p_job AND lease_version = p_version AND ended_at IS NULL;
+    PERFORM fleetq.log_events('lost', ARRAY[p_job], p_runner, ARRAY[p_version], NULL,
+                              jsonb_build_object('reason', p_reason, 'requeued', v_requeue));
+    IF v_requeue THEN
+        PERFORM pg_notify('fleetq_work', j.lane);
+        RETURN 'requeued';
+    END IF;
+    PERFORM fleetq.record_outcomes(ARRAY[p_job], ARRAY[NULL::integer], ARRAY[NULL::text],
+                                   ARRAY[NULL::integer], ARRAY[NULL::integer]);
+    PERFORM fleetq.log_events('failed', ARRAY[p_job], p_runner, ARRAY[p_version], NULL,
+                              '{"reason": "lost"}');
+    RETURN 'failed';
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.report_lost(p_runner text, p_job bigint, p_version bigint, p_reason text)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT fleetq.report_lost_unchecked(fleetq.acting_runner(p_runner), p_job, p_version,
+                                        p_reason)
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.confirm_stop_unchecked(p_runner text, p_job bigint, p_version bigint, p_signal integer, p_reason text, p_ended_ago_ms integer DEFAULT NULL::integer)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    j fleetq.jobs%ROWTYPE;
+BEGIN
+    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown job %', p_job USING ERRCODE = 'FQ004';
+    END IF;
+    UPDATE fleetq.executions
+    SET ended_at = coalesce(ended_at, fleetq.measured_end(launched_at, p_ended_ago_ms)),
+        end_measured = CASE WHEN ended_at IS NULL THEN p_ended_ago_ms IS NOT NULL
+                            ELSE end_measured END,
+        signal = p_signal,
+        stop_reason = p_reason, stop_confirmed = true
+    WHERE job_id = p_job AND lease_version = p_version AND runner_id = p_runner;
+    IF j.state = 'cancelled' AND j.reserved_on = p_runner AND j.lease_version = p_version THEN
+        UPDATE fleetq.jobs SET reserved_on = NULL, updated_at = clock_timestamp() WHERE id = p_job;
+        PERFORM fleetq.give_back(ARRAY[p_runner], ARRAY[j.lane], ARRAY[j.memory_mb],
+                                 ARRAY[j.cpu_millis]);
+    END IF;
+    PERFORM fleetq.log_events('stopped', ARRAY[p_job], p_runner, ARRAY[p_version], NULL,
+                              jsonb_build_object('reason', p_reason, 'signal', p_signal));
+    RETURN 'ok';
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.confirm_stop(p_runner text, p_job bigint, p_version bigint, p_signal integer, p_reason text, p_ended_ago_ms integer DEFAULT NULL::integer)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT fleetq.confirm_stop_unchecked(fleetq.acting_runner(p_runner), p_job, p_version,
+                                         p_signal, p_reason, p_ended_ago_ms)
+$function$;
+
+-- ---------------------------------------------------------------------------------------
+-- The fenced ledger (DESIGN §1.3): a resource that rejects a token lower than the
+-- highest it has seen for a key. Equal tokens pass: the same holder may write twice.
+CREATE OR REPLACE FUNCTION fleetq.fenced_write_unchecked(p_key text, p_job bigint, p_token bigint, p_value jsonb)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_accepted boolean;
+BEGIN
+    INSERT INTO fleetq.fenced_ledger AS f (key, highest_token, job_id, value)
+    VALUES (p_key, p_token, p_job, coalesce(p_value, '{}'))
+    ON CONFLICT (key) DO UPDATE SET
+        highest_token = EXCLUDED.highest_token, job_id = EXCLUDED.job_id,
+        value = EXCLUDED.value, updated_at = clock_timestamp()
+    WHERE f.highest_token <= EXCLUDED.highest_token
+    RETURNING true INTO v_accepted;
+    v_accepted := coalesce(v_accepted, false);
+    INSERT INTO fleetq.fenced_writes (key, job_id, token, value, accepted)
+    VALUES (p_key, p_job, p_token, coalesce(p_value, '{}'), v_accepted);
+    RETURN v_accepted;
+END;
+$function$;
+
+-- The fenced ledger, written by a handler: a runner login writes only under a token it
+-- was granted for that job (its own claim), so it cannot forge a newer one.
+CREATE OR REPLACE FUNCTION fleetq.fenced_write(p_key text, p_job bigint, p_token bigint, p_value jsonb)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    c record;
+BEGIN
+    SELECT * INTO c FROM fleetq.require(ARRAY['runner']);
+    IF c.kind = 'runner' AND NOT EXISTS (
+        SELECT 1 FROM fleetq.events e
+        WHERE e.job_id = p_job AND e.kind = 'claimed' AND e.lease_version = p_token
+          AND e.runner_id = c.subject) THEN
+        RAISE EXCEPTION 'runner % never held job % under token %', c.subject, p_job, p_token
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN fleetq.fenced_write_unchecked(p_key, p_job, p_token, p_value);
+END;
+$function$;
+
+-- Append one chunk of a run's output. Only the runner that claimed that (job, token)
+-- may; the lease may have moved on since (a cancelled or fenced run's last words are
+-- kept). A retried chunk (lost reply) is written once.
+CREATE OR REPLACE FUNCTION fleetq.append_output(p_runner text, p_job bigint, p_version bigint, p_seq integer, p_data bytea)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_runner text := fleetq.acting_runner(p_runner);
+    v_keep bigint := coalesce(fleetq.setting_int('output_keep_kib'), 1024)::bigint * 1024;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM fleetq.events e
+                   WHERE e.job_id = p_job AND e.kind = 'claimed' AND e.lease_version = p_version
+                     AND e.runner_id = v_runner)
+    THEN
+        RAISE EXCEPTION 'runner % never claimed job % under token %', v_runner, p_job,
+                        p_version
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    INSERT INTO fleetq.job_output (job_id, lease_version, seq, data)
+    VALUES (p_job, p_version, p_seq, p_data)
+    ON CONFLICT (job_id, lease_version, seq) DO NOTHING;
+    -- keep the newest chunks whose sizes add up to at most output_keep_kib
+    DELETE FROM fleetq.job_output o
+    WHERE o.job_id = p_job AND o.lease_version = p_version
+      AND o.seq < (SELECT coalesce(min(k.seq), 0) FROM (
+                       SELECT seq, sum(octet_length(data)) OVER (ORDER BY seq DESC) AS kept
+                       FROM fleetq.job_output
+                       WHERE job_id = p_job AND lease_version = p_version) k
+                   WHERE k.kept <= v_keep);
+    PERFORM pg_notify('fleetq_output', p_job::text);
+END;
+$function$;

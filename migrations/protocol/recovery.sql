@@ -1,0 +1,209 @@
+-- Protocol: Recovery of expired leases by one reaper leader at a time (requeue or fail after the
+-- reassignment cap), recounting capacity it could not give back at once, and the
+-- queue history the leader samples.
+--
+-- Applied by `fleetq migrate` whenever this file changes (CREATE OR REPLACE; every
+-- changed protocol file in one transaction). Change a function here; tables, dropped
+-- functions and new signatures go in a numbered migration.
+
+-- Set the reserved capacity of runners owed a recount to what their jobs hold, for
+-- those whose row is free now (the rest wait for a later pass).
+CREATE OR REPLACE FUNCTION fleetq.recount_reservations()
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_ids text[];
+BEGIN
+    SELECT array_agg(r.id) INTO v_ids
+    FROM (SELECT r.id FROM fleetq.runners r JOIN fleetq.recount c ON c.runner_id = r.id
+          ORDER BY r.id FOR UPDATE OF r SKIP LOCKED) r;
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    UPDATE fleetq.runners r
+    SET reserved_memory_mb = coalesce(h.memory, 0), reserved_cpu_millis = coalesce(h.cpu, 0)
+    FROM unnest(v_ids) AS i(id)
+    LEFT JOIN (SELECT reserved_on, sum(memory_mb)::integer AS memory,
+                      sum(cpu_millis)::integer AS cpu
+               FROM fleetq.jobs WHERE reserved_on = ANY (v_ids) GROUP BY reserved_on) h
+           ON h.reserved_on = i.id
+    WHERE r.id = i.id;
+    UPDATE fleetq.runner_lanes l
+    SET slots_used = (SELECT count(*) FROM fleetq.jobs j
+                      WHERE j.reserved_on = l.runner_id AND j.lane = l.lane)
+    WHERE l.runner_id = ANY (v_ids);
+    DELETE FROM fleetq.recount WHERE runner_id = ANY (v_ids);
+    RETURN cardinality(v_ids);
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.reap_unchecked(p_limit integer DEFAULT 1000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(requeued integer, failed integer, leader boolean)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_cap integer := fleetq.setting_int('reassignment_cap');
+    v_ids bigint[];
+    v_versions bigint[];
+    v_owners text[];
+    v_lanes text[];
+    v_memory integer[];
+    v_cpu integer[];
+    v_failed bigint[];
+    v_failed_versions bigint[];
+    v_free text[];
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(7365657071) THEN  -- "reaper": one leader per moment
+        RETURN QUERY SELECT 0, 0, false;
+        RETURN;
+    END IF;
+    PERFORM fleetq.recount_reservations();
+    WITH expired AS (
+        SELECT j.id, j.reserved_on
+        FROM fleetq.jobs j
+        WHERE j.state IN ('claimed', 'running')
+          AND j.lease_expires_at < coalesce(p_now, clock_timestamp())
+        ORDER BY j.lease_expires_at, j.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ),
+    moved AS (
+        UPDATE fleetq.jobs j
+        SET state = CASE WHEN j.reassign_count + 1 > v_cap THEN 'failed' ELSE 'queued' END,
+            failure_reason = CASE WHEN j.reassign_count + 1 > v_cap
+                                  THEN 'reassignments_exhausted' END,
+            finished_at = CASE WHEN j.reassign_count + 1 > v_cap THEN clock_timestamp() END,
+            reassign_count = j.reassign_count + 1,
+            lease_owner = NULL, lease_expires_at = NULL, reserved_on = NULL, claim_id = NULL,
+            updated_at = clock_timestamp()
+        FROM expired e
+        WHERE j.id = e.id
+        RETURNING j.id, j.lease_version, e.reserved_on, j.lane, j.memory_mb, j.cpu_millis, j.state
+    )
+    SELECT array_agg(m.id ORDER BY m.id), array_agg(m.lease_version ORDER BY m.id),
+           array_agg(m.reserved_on ORDER BY m.id), array_agg(m.lane ORDER BY m.id),
+           array_agg(m.memory_mb ORDER BY m.id), array_agg(m.cpu_millis ORDER BY m.id),
+           array_agg(m.id ORDER BY m.id) FILTER (WHERE m.state = 'failed'),
+           array_agg(m.lease_version ORDER BY m.id) FILTER (WHERE m.state = 'failed')
+    INTO v_ids, v_versions, v_owners, v_lanes, v_memory, v_cpu, v_failed, v_failed_versions
+    FROM moved m;
+
+    IF v_ids IS NULL THEN
+        RETURN QUERY SELECT 0, 0, true;
+        RETURN;
+    END IF;
+    -- Give back what the owners it can lock now reserved; an owner whose row another
+    -- transaction holds is recounted by a later pass instead of waited for.
+    SELECT array_agg(r.id) INTO v_free
+    FROM (SELECT r.id FROM fleetq.runners r WHERE r.id = ANY (v_owners)
+          ORDER BY r.id FOR UPDATE SKIP LOCKED) r;
+    PERFORM fleetq.give_back(array_agg(t.owner), array_agg(t.lane), array_agg(t.memory),
+                             array_agg(t.cpu))
+    FROM unnest(v_owners, v_lanes, v_memory, v_cpu) AS t(owner, lane, memory, cpu)
+    WHERE t.owner = ANY (coalesce(v_free, '{}'));
+    INSERT INTO fleetq.recount (runner_id)
+    SELECT DISTINCT t.owner FROM unnest(v_owners) AS t(owner)
+    WHERE t.owner IS NOT NULL AND t.owner <> ALL (coalesce(v_free, '{}'))
+    ON CONFLICT DO NOTHING;
+    INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version, detail)
+    SELECT 'lease_expired', t.id, t.owner, t.version,
+           jsonb_build_object('requeued', NOT (t.id = ANY (coalesce(v_failed, '{}'))))
+    FROM unnest(v_ids, v_owners, v_versions) AS t(id, owner, version);
+    IF v_failed IS NOT NULL THEN
+        PERFORM fleetq.record_outcomes(
+            v_failed, array_fill(NULL::integer, ARRAY[cardinality(v_failed)]),
+            array_fill(NULL::text, ARRAY[cardinality(v_failed)]),
+            array_fill(NULL::integer, ARRAY[cardinality(v_failed)]),
+            array_fill(NULL::integer, ARRAY[cardinality(v_failed)]));
+        PERFORM fleetq.log_events('failed', v_failed, NULL, v_failed_versions, NULL,
+                                  '{"reason": "reassignments_exhausted"}');
+    END IF;
+    PERFORM pg_notify('fleetq_events', '');
+    PERFORM pg_notify('fleetq_work', lane) FROM (SELECT DISTINCT unnest(v_lanes) AS lane) l;
+    RETURN QUERY SELECT cardinality(v_ids) - coalesce(cardinality(v_failed), 0),
+                        coalesce(cardinality(v_failed), 0), true;
+END;
+$function$;
+
+-- The leader samples after its pass (a runner may lead; only an administrator may move
+-- the clock, which the sample then follows, so tests write history without sleeping).
+CREATE OR REPLACE FUNCTION fleetq.reap(p_limit integer DEFAULT 1000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS TABLE(requeued integer, failed integer, leader boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    c record;
+    v record;
+BEGIN
+    SELECT * INTO c FROM fleetq.require(ARRAY['runner']);
+    IF p_now IS NOT NULL AND c.kind <> 'admin' THEN
+        RAISE EXCEPTION 'only an administrator may reap at another time'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT * INTO v FROM fleetq.reap_unchecked(p_limit, p_now);
+    IF v.leader THEN
+        PERFORM fleetq.sample_queues(p_now);
+    END IF;
+    RETURN QUERY SELECT v.requeued, v.failed, v.leader;
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.sample_queues(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_minute timestamptz := date_trunc('minute', v_now);
+    v_rows integer := 0;
+BEGIN
+    IF EXISTS (SELECT 1 FROM fleetq.queue_samples WHERE at = v_minute) THEN
+        RETURN 0;  -- every pass but the minute's first stops here: one index probe
+    END IF;
+    BEGIN  -- a sample that fails costs the sample, never the reaper's pass
+        WITH since AS (  -- the claims of the minute before, found as views_queue_wait does
+            SELECT coalesce(max(id), 0) AS id
+            FROM fleetq.events
+            WHERE at < v_minute - interval '1 minute'
+        ),
+        waits AS (
+            SELECT j.lane, j.priority_class, count(*) AS claimed,
+                   percentile_cont(0.5) WITHIN GROUP
+                       (ORDER BY extract(epoch FROM e.at - j.created_at)) AS p50_s,
+                   max(extract(epoch FROM e.at - j.created_at)) AS max_s
+            FROM since
+            JOIN fleetq.events e ON e.id > since.id
+            JOIN fleetq.jobs j ON j.id = e.job_id
+            WHERE e.kind = 'claimed'
+              AND e.at >= v_minute - interval '1 minute' AND e.at < v_minute
+            GROUP BY j.lane, j.priority_class
+        ),
+        depth AS (
+            SELECT lane, priority_class, count(*) AS queued, min(created_at) AS oldest
+            FROM fleetq.jobs
+            WHERE state = 'queued'
+            GROUP BY lane, priority_class
+        )
+        INSERT INTO fleetq.queue_samples
+            (at, lane, priority_class, queued, oldest_wait_s, claimed, wait_p50_s, wait_max_s)
+        SELECT v_minute, l.name, c.class, coalesce(d.queued, 0),
+               greatest(0, extract(epoch FROM v_now - d.oldest)),
+               coalesce(w.claimed, 0), w.p50_s, w.max_s
+        FROM fleetq.lanes l
+        CROSS JOIN (VALUES (0::smallint), (1::smallint), (2::smallint)) AS c(class)
+        LEFT JOIN depth d ON d.lane = l.name AND d.priority_class = c.class
+        LEFT JOIN waits w ON w.lane = l.name AND w.priority_class = c.class
+        ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
+        DELETE FROM fleetq.queue_samples WHERE at < v_minute - interval '7 days';
+    EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'fleetq: queue sample of % not written: %', v_minute, SQLERRM;
+        RETURN 0;
+    END;
+    RETURN v_rows;
+END;
+$function$;

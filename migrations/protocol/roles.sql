@@ -1,0 +1,229 @@
+-- Protocol: Who is calling (logins mapped to runners and identities), what each role may do, and
+-- the runner-facing reads a runner login may make about its own jobs only.
+--
+-- Applied by `fleetq migrate` whenever this file changes (CREATE OR REPLACE; every
+-- changed protocol file in one transaction). Change a function here; tables, dropped
+-- functions and new signatures go in a numbered migration.
+
+-- Who is calling: (kind, subject). Trusted administrators answer ('admin', NULL); a
+-- login fleetq does not know is refused.
+CREATE OR REPLACE FUNCTION fleetq.caller(OUT kind text, OUT subject text)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    SELECT l.kind, l.subject INTO kind, subject FROM fleetq.logins l
+    WHERE l.role_name = session_user;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    IF (SELECT rolsuper FROM pg_roles WHERE rolname = session_user)
+       OR pg_has_role(session_user, 'fleetq_owner', 'MEMBER') THEN
+        kind := 'admin';
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'login % is not a fleetq login (fleetq roles add-…)', session_user
+        USING ERRCODE = 'insufficient_privilege';
+END;
+$function$;
+
+-- The runner id a call may act as: the caller's own (a runner login naming another is
+-- refused), or the parameter for a trusted administrator.
+CREATE OR REPLACE FUNCTION fleetq.acting_runner(p_runner text)
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+    c record;
+BEGIN
+    SELECT * INTO c FROM fleetq.caller();
+    IF c.kind = 'admin' THEN
+        RETURN p_runner;
+    END IF;
+    IF c.kind <> 'runner' THEN
+        RAISE EXCEPTION 'login % is a % login, not a runner', session_user, c.kind
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF p_runner IS DISTINCT FROM c.subject THEN
+        RAISE EXCEPTION 'login % acts as runner % only, not as %', session_user, c.subject,
+                        p_runner
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN c.subject;
+END;
+$function$;
+
+-- Refuse unless the caller is one of `p_kinds` (or a trusted administrator).
+CREATE OR REPLACE FUNCTION fleetq.require(p_kinds text[], OUT kind text, OUT subject text)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    SELECT c.kind, c.subject INTO kind, subject FROM fleetq.caller() c;
+    IF kind <> 'admin' AND NOT kind = ANY (p_kinds) THEN
+        RAISE EXCEPTION 'login % (a % login) may not do this', session_user, kind
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.secure()
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    o record;
+BEGIN
+    EXECUTE 'ALTER SCHEMA fleetq OWNER TO fleetq_owner';
+    FOR o IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'fleetq' AND c.relkind IN ('r', 'v', 'm', 'p')
+               AND c.relowner <> 'fleetq_owner'::regrole LOOP
+        EXECUTE format('ALTER TABLE fleetq.%I OWNER TO fleetq_owner', o.relname);
+    END LOOP;
+    FOR o IN SELECT p.oid::regprocedure AS sig FROM pg_proc p
+             JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = 'fleetq' AND p.proowner <> 'fleetq_owner'::regrole
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s OWNER TO fleetq_owner', o.sig);
+    END LOOP;
+    REVOKE ALL ON SCHEMA fleetq FROM PUBLIC;
+    REVOKE ALL ON ALL TABLES IN SCHEMA fleetq FROM PUBLIC;
+    REVOKE ALL ON ALL SEQUENCES IN SCHEMA fleetq FROM PUBLIC;
+    REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fleetq FROM PUBLIC;
+    GRANT USAGE ON SCHEMA fleetq TO fleetq_runner, fleetq_submitter, fleetq_operator,
+                                    fleetq_reader;
+    -- readers (console --readonly, stats, overlaps) read everything; operators too
+    GRANT SELECT ON ALL TABLES IN SCHEMA fleetq TO fleetq_reader, fleetq_operator;
+    REVOKE SELECT ON fleetq.logins FROM fleetq_reader;
+    FOR o IN SELECT * FROM fleetq.grants LOOP
+        EXECUTE format('GRANT %s ON %s TO %I', o.privilege, o.object, o.grantee);
+    END LOOP;
+END;
+$function$;
+
+-- This runner's state (paused, draining, drained), which it follows.
+CREATE OR REPLACE FUNCTION fleetq.runner_state(p_runner text)
+ RETURNS TABLE(state text, state_reason text)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT r.state, r.state_reason FROM fleetq.runners r
+    WHERE r.id = fleetq.acting_runner(p_runner)
+$function$;
+
+-- A job this runner holds, in full (to adopt a run launched before a restart).
+CREATE OR REPLACE FUNCTION fleetq.runner_job(p_runner text, p_job bigint)
+ RETURNS SETOF fleetq.jobs
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT * FROM fleetq.jobs
+    WHERE id = p_job AND reserved_on = fleetq.acting_runner(p_runner)
+$function$;
+
+-- State, owner and token of jobs this runner executes (to stop those it lost).
+CREATE OR REPLACE FUNCTION fleetq.runner_job_states(p_runner text, p_jobs bigint[])
+ RETURNS TABLE(job_id bigint, state text, lease_owner text, lease_version bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_runner text := fleetq.acting_runner(p_runner);
+BEGIN
+    RETURN QUERY
+    SELECT j.id, j.state, j.lease_owner, j.lease_version
+    FROM fleetq.jobs j
+    WHERE j.id = ANY (p_jobs)
+      AND EXISTS (SELECT 1 FROM fleetq.events e WHERE e.job_id = j.id AND e.kind = 'claimed'
+                                                  AND e.runner_id = v_runner);
+END;
+$function$;
+
+-- Leases and unconfirmed cancelled jobs this runner holds.
+CREATE OR REPLACE FUNCTION fleetq.runner_held(p_runner text)
+ RETURNS TABLE(job_id bigint, lease_version bigint, state text, held_s double precision)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT j.id, j.lease_version, j.state,
+           extract(epoch FROM clock_timestamp() - j.claimed_at)::float8
+    FROM fleetq.jobs j
+    WHERE j.reserved_on = fleetq.acting_runner(p_runner)
+    ORDER BY j.id
+$function$;
+
+-- This runner's executions with no recorded end, and whether their lease is still its.
+CREATE OR REPLACE FUNCTION fleetq.runner_open_executions(p_runner text)
+ RETURNS TABLE(job_id bigint, lease_version bigint, run_id uuid, held boolean)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT e.job_id, e.lease_version, e.run_id,
+           (j.lease_owner IS NOT DISTINCT FROM e.runner_id AND j.lease_version = e.lease_version
+            AND j.state IN ('claimed', 'running'))
+    FROM fleetq.executions e
+    JOIN fleetq.jobs j ON j.id = e.job_id
+    WHERE e.runner_id = fleetq.acting_runner(p_runner) AND e.ended_at IS NULL
+    ORDER BY e.job_id, e.lease_version
+$function$;
+
+-- What each operation runs, with its project's repository.
+CREATE OR REPLACE FUNCTION fleetq.runner_operations()
+ RETURNS TABLE(project text, operation text, command text, handler text, timeout_s integer, repository text, limits jsonb)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM fleetq.require(ARRAY['runner', 'operator', 'reader']);
+    RETURN QUERY
+    SELECT o.project, o.name, o.command, o.handler, o.timeout_s, p.repository, o.limits
+    FROM fleetq.operations o
+    JOIN fleetq.projects p ON p.name = o.project;
+END;
+$function$;
+
+-- The lease length and the offline threshold runners heartbeat against.
+CREATE OR REPLACE FUNCTION fleetq.runner_timing()
+ RETURNS TABLE(lease_seconds integer, offline_after_seconds integer)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT fleetq.setting_int('lease_seconds'), fleetq.setting_int('runner_offline_after_seconds')
+$function$;
+
+-- A runner's own observation about a job it holds (adoption_refused, with evidence).
+CREATE OR REPLACE FUNCTION fleetq.runner_note(p_kind text, p_job bigint, p_runner text, p_version bigint, p_detail jsonb)
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT fleetq.log_events(p_kind, ARRAY[p_job], fleetq.acting_runner(p_runner),
+                             ARRAY[p_version], NULL, p_detail)
+$function$;
+
+-- Inside a handler's own transaction: lock its job's row under (owner, token), so what
+-- the transaction writes commits only while the lease is held (a row lock taken here
+-- lasts until that transaction ends). NULL when the lease is not held.
+CREATE OR REPLACE FUNCTION fleetq.lock_for_handler(p_job bigint, p_runner text, p_version bigint)
+ RETURNS integer
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT 1 FROM fleetq.jobs
+    WHERE id = p_job AND lease_owner = fleetq.acting_runner(p_runner)
+      AND lease_version = p_version AND state IN ('claimed', 'running')
+    FOR UPDATE
+$function$;

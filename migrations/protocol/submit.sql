@@ -1,0 +1,151 @@
+-- Protocol: Submit (validated against the operation's requirements, idempotent by key) and
+-- retiring an operation.
+--
+-- Applied by `fleetq migrate` whenever this file changes (CREATE OR REPLACE; every
+-- changed protocol file in one transaction). Change a function here; tables, dropped
+-- functions and new signatures go in a numbered migration.
+
+-- Submit as before, but the operation is read under the same KEY SHARE lock the job's
+-- foreign key takes anyway (no extra cost), and a retired operation is refused. The
+-- lock orders a submit against a removal (which locks the row FOR UPDATE): a submit in
+-- flight finishes first and its job counts as live for the removal; a later submit sees
+-- the operation retired.
+CREATE OR REPLACE FUNCTION fleetq.submit_unchecked(p_project text, p_operation text, p_commit text, p_requested_node text, p_idempotency_key text, p_task_id text, p_submitted_by text, p_payload jsonb)
+ RETURNS TABLE(job_id bigint, created boolean, state text, priority_class smallint)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_gate boolean;
+    v_op fleetq.operations%ROWTYPE;
+    v_class smallint;
+    v_id bigint;
+    v_old fleetq.jobs%ROWTYPE;
+    v_limit integer := fleetq.setting_int('max_payload_bytes');
+BEGIN
+    SELECT release_gate INTO v_gate FROM fleetq.projects WHERE name = p_project;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown project %', p_project USING ERRCODE = 'FQ002';
+    END IF;
+    SELECT * INTO v_op FROM fleetq.operations WHERE project = p_project AND name = p_operation
+    FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'project % does not allow operation %', p_project, p_operation
+            USING ERRCODE = 'FQ002';
+    END IF;
+    IF v_op.retired_at IS NOT NULL THEN
+        RAISE EXCEPTION 'operation %/% was removed (by %, at %)', p_project, p_operation,
+            v_op.retired_by, v_op.retired_at USING ERRCODE = 'FQ002';
+    END IF;
+    IF p_commit IS NULL OR p_commit !~ '^[0-9a-f]{40}$' THEN
+        RAISE EXCEPTION 'commit must be a full 40-character hex SHA' USING ERRCODE = 'FQ003';
+    END IF;
+    IF octet_length(p_payload::text) > v_limit THEN
+        RAISE EXCEPTION 'payload is % bytes, over the limit of %', octet_length(p_payload::text),
+            v_limit USING ERRCODE = 'FQ003';
+    END IF;
+    -- Priority is derived, never chosen: release verification, then release gates, then
+    -- everything else.
+    v_class := CASE
+        WHEN EXISTS (SELECT 1 FROM fleetq.identities
+                     WHERE name = p_submitted_by AND role = 'release-verification') THEN 0
+        WHEN v_gate THEN 1
+        ELSE 2
+    END;
+
+    INSERT INTO fleetq.jobs
+        (project, operation, commit_sha, lane, capabilities, memory_mb, cpu_millis, timeout_s,
+         requested_node, idempotency_key, task_id, submitted_by, payload, priority_class)
+    VALUES
+        (p_project, p_operation, p_commit, v_op.lane, v_op.capabilities, v_op.memory_mb,
+         v_op.cpu_millis, v_op.timeout_s, p_requested_node, p_idempotency_key, p_task_id,
+         p_submitted_by, coalesce(p_payload, '{}'), v_class)
+    ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id INTO v_id;
+
+    IF v_id IS NOT NULL THEN
+        PERFORM fleetq.log_events('submitted', ARRAY[v_id], NULL, ARRAY[0::bigint], p_submitted_by,
+                                  jsonb_build_object('priority_class', v_class));
+        PERFORM pg_notify('fleetq_work', v_op.lane);
+        RETURN QUERY SELECT v_id, true, 'queued'::text, v_class;
+        RETURN;
+    END IF;
+
+    -- The key exists. This is a second statement on purpose: it takes a new snapshot, so
+    -- it sees a job that a concurrent submit committed while the INSERT above waited.
+    SELECT * INTO v_old FROM fleetq.jobs j
+    WHERE j.project = p_project AND j.idempotency_key = p_idempotency_key;
+    IF (v_old.operation, v_old.commit_sha, v_old.requested_node, v_old.task_id,
+        v_old.submitted_by, v_old.payload)
+       IS DISTINCT FROM
+       (p_operation, p_commit, p_requested_node, p_task_id, p_submitted_by,
+        coalesce(p_payload, '{}'::jsonb)) THEN
+        RAISE EXCEPTION 'idempotency key already names job % of project % with other parameters',
+            v_old.id, p_project USING ERRCODE = 'FQ001';
+    END IF;
+    RETURN QUERY SELECT v_old.id, false, v_old.state, v_old.priority_class;
+END;
+$function$;
+
+-- ---------------------------------------------------------------------------------------
+-- Submitting and cancelling: the identity is the caller's, never chosen.
+CREATE OR REPLACE FUNCTION fleetq.submit(p_project text, p_operation text, p_commit text, p_requested_node text, p_idempotency_key text, p_task_id text, p_submitted_by text, p_payload jsonb)
+ RETURNS TABLE(job_id bigint, created boolean, state text, priority_class smallint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    c record;
+BEGIN
+    SELECT * INTO c FROM fleetq.require(ARRAY['submitter', 'operator']);
+    RETURN QUERY SELECT * FROM fleetq.submit_unchecked(
+        p_project, p_operation, p_commit, p_requested_node, p_idempotency_key, p_task_id,
+        CASE WHEN c.kind = 'admin' THEN p_submitted_by ELSE c.subject END, p_payload);
+END;
+$function$;
+
+-- Retire an operation: refused while it has live jobs (queued, claimed or running), which
+-- would otherwise run under a definition nobody can see any more. Removing a retired
+-- operation again is a no-op; `fleetq apply` with the operation in it brings it back.
+-- The configuration is the owner's (as `fleetq apply` is): no grant.
+CREATE OR REPLACE FUNCTION fleetq.retire_operation(p_project text, p_operation text, p_actor text)
+ RETURNS TABLE(removed boolean, retired_at timestamp with time zone, jobs bigint)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_retired timestamptz;
+    v_live bigint;
+    v_jobs bigint;
+BEGIN
+    SELECT o.retired_at INTO v_retired FROM fleetq.operations o
+    WHERE o.project = p_project AND o.name = p_operation
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'project % has no operation %', p_project, p_operation
+            USING ERRCODE = 'FQ002';
+    END IF;
+    -- a new statement, so a new snapshot: it sees the jobs of submits that held the row
+    -- while this one waited for it
+    SELECT count(*) FILTER (WHERE j.state IN ('queued', 'claimed', 'running')), count(*)
+    INTO v_live, v_jobs
+    FROM fleetq.jobs j WHERE j.project = p_project AND j.operation = p_operation;
+    IF v_retired IS NOT NULL THEN
+        RETURN QUERY SELECT false, v_retired, v_jobs;
+        RETURN;
+    END IF;
+    IF v_live > 0 THEN
+        RAISE EXCEPTION 'operation %/% has % live job(s) (queued, claimed or running): '
+            'cancel them or let them finish, then remove it', p_project, p_operation, v_live
+            USING ERRCODE = 'FQ006';
+    END IF;
+    UPDATE fleetq.operations o SET retired_at = clock_timestamp(), retired_by = p_actor
+    WHERE o.project = p_project AND o.name = p_operation
+    RETURNING o.retired_at INTO v_retired;
+    PERFORM fleetq.log_events('operation_removed', NULL, NULL, NULL, p_actor,
+                              jsonb_build_object('project', p_project,
+                                                 'operation', p_operation, 'jobs', v_jobs));
+    RETURN QUERY SELECT true, v_retired, v_jobs;
+END;
+$function$;
