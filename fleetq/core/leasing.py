@@ -194,6 +194,12 @@ async def fenced_violations(driver: Driver) -> int:
     return int(rows[0]["violations"])
 
 
+async def fenced_duplicates(driver: Driver) -> int:
+    """Jobs with ledger effects accepted under more than one token (see the query)."""
+    rows = await driver.fetch(queries.sql("lease_fenced_duplicates"))
+    return int(rows[0]["duplicates"])
+
+
 def ago_ms(ended_monotonic: float | None) -> int | None:
     """Milliseconds since `ended_monotonic` (a `time.monotonic()` reading), read now, as
     the request that carries it is sent; None stays None (the end was not measured)."""

@@ -142,6 +142,7 @@ class RunFigures(_Row):
     ledger_writes: int
     ledger_refused: int
     ledger_violations: int
+    ledger_duplicates: int = 0  # jobs with effects accepted under two tokens or more
 
     @property
     def found(self) -> int:
@@ -241,4 +242,5 @@ async def gather(
         ledger_writes=int(ledger["writes"]),
         ledger_refused=int(ledger["refused"]),
         ledger_violations=await leasing.fenced_violations(driver),
+        ledger_duplicates=await leasing.fenced_duplicates(driver),
     )

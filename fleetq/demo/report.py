@@ -262,7 +262,8 @@ def _fencing(fig: RunFigures, log: RunLog) -> str:
         + (f" ({kinds})" if kinds else "")
         + f"; races with a runner's own outcome: {fig.self_races}\n"
         f"fenced ledger: {fig.ledger_writes} writes, {fig.ledger_refused} refused as stale, "
-        f"{fig.ledger_violations} violations"
+        f"{fig.ledger_violations} violations, {fig.ledger_duplicates} job(s) with effects "
+        "under two tokens"
     )
 
 

@@ -106,9 +106,12 @@ def test_runner_survives_a_postgres_restart(
 def test_a_runner_cut_from_the_database_fences_itself(
     own_server: EmbeddedServer, repo: Repo, tmp_path: Path
 ) -> None:
-    """The database goes away under a running job: the runner stops the job itself before
-    its lease could expire, records that once the database is back, and the job then
-    completes exactly once (its second run finds the marker the first one left)."""
+    """The database goes away under a running job: the runner stops the job itself,
+    records that once the database is back, and the job then completes exactly once (its
+    second run finds the marker the first one left). With the whole database gone no
+    other runner can claim, so this test cannot see a fence that finishes late: that
+    one, with one runner partitioned and another ready to claim, is
+    tests/faults/test_self_fence.py."""
     dsn = _fleet(own_server, repo, tmp_path, lease=4)
     marker = tmp_path / "first-run-was-here"
     with connect(dsn, autocommit=True) as conn:

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from fleetq.core import eligibility, leasing, producer, readers, views
 from fleetq.core import fleet as fleet_api
-from fleetq.core import leasing, producer, readers
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
 from fleetq.core.errors import InvalidInput, NotAllowed, NotFound, StaleLease
@@ -205,6 +205,42 @@ async def test_even_the_same_runner_with_an_old_token_is_stale(driver: Driver) -
     assert await leasing.complete(driver, runner=a, outcome=_outcome(new)) == WriteStatus.OK
 
 
+async def test_the_same_runner_s_old_token_neither_renews_nor_starts(driver: Driver) -> None:
+    """The token names the execution: a's superseded run (token 1) cannot renew or mark
+    running a's new claim of the same job (token 2). The owner alone would let it."""
+    a = await fleet.runner(driver)
+    job_id = await _job(driver)
+    old = await _claim_one(driver, a)
+    await leasing.reap(driver, now=FUTURE)
+    new = await _claim_one(driver, a)
+    before = await readers.job(driver, job_id)
+    (beat,) = await leasing.heartbeat(driver, runner=a, leases=[(job_id, old.lease_version)])
+    assert beat.status == WriteStatus.STALE
+    with pytest.raises(StaleLease):
+        await leasing.report_start(driver, runner=a, start=_start(old))
+    after = await readers.job(driver, job_id)
+    assert (after.state, after.lease_expires_at) == (JobState.CLAIMED, before.lease_expires_at)
+    (beat,) = await leasing.heartbeat(driver, runner=a, leases=[(job_id, new.lease_version)])
+    assert beat.status == WriteStatus.OK
+
+
+async def test_another_runner_with_the_current_token_cannot_renew_or_finish(
+    driver: Driver,
+) -> None:
+    """Only the holder writes: b presenting a's current token keeps nothing alive and
+    finishes nothing."""
+    a = await fleet.runner(driver)
+    b = await fleet.runner(driver, "b", node="node-b")
+    job_id = await _job(driver)
+    claim = await _claim_one(driver, a)
+    before = await readers.job(driver, job_id)
+    (beat,) = await leasing.heartbeat(driver, runner=b, leases=[(job_id, claim.lease_version)])
+    assert beat.status == WriteStatus.STALE
+    with pytest.raises(StaleLease):
+        await leasing.complete(driver, runner=b, outcome=_outcome(claim))
+    assert await readers.job(driver, job_id) == before
+
+
 async def test_outcome_retried_after_a_lost_reply_answers_already(
     db_dsn: str, driver: Driver
 ) -> None:
@@ -341,6 +377,9 @@ async def test_cancel_of_a_running_job_is_terminal_with_stop_pending(driver: Dri
     assert (result.state, result.stop_pending) == (JobState.CANCELLED, True)
     job = await readers.job(driver, job_id)
     assert job.stop_pending and job.finished_at is not None
+    # the running execution is asked to stop (what the runner and the timeline read)
+    (execution,) = (await views.job_detail(driver, job_id)).executions
+    assert execution.stop_requested_at is not None and execution.ended_at is None
     with pytest.raises(StaleLease):
         await leasing.complete(driver, runner=runner, outcome=_outcome(claim))
     # capacity stays reserved until the runner confirms the process is gone
@@ -381,12 +420,31 @@ async def test_runner_never_gets_what_it_cannot_run(driver: Driver) -> None:
     assert sorted(c.job_id for c in got) == sorted([browser_job, pinned])
 
 
+async def test_a_job_needing_more_cpu_than_is_free_waits(driver: Driver) -> None:
+    """Every dimension is checked before the claim: memory to spare is not enough."""
+    runner = await fleet.runner(driver, memory_mb=100_000, cpu_millis=500)
+    job_id = await _job(driver, "unit", "webapp")  # 1000 millis
+    assert await leasing.claim(driver, runner=runner, lane="checks", limit=5) == []
+    assert (await readers.job(driver, job_id)).state == JobState.QUEUED
+    (verdict,) = (await eligibility.explain(driver, job_id)).runners  # and explain says why
+    assert verdict.reason == "cpu"
+
+
 async def test_batch_takes_only_the_prefix_that_fits_together(driver: Driver) -> None:
     runner = await fleet.runner(driver, memory_mb=2500, cpu_millis=10000, lanes={"checks": 8})
     ids = [await _job(driver, "unit", "webapp") for _ in range(3)]  # 1024 MB each
     claims = await leasing.claim(driver, runner=runner, lane="checks", limit=8)
     assert [c.job_id for c in claims] == ids[:2]
     assert (await _reserved(driver, runner))[0] == 2048
+
+
+async def test_batch_fits_cpu_together_too(driver: Driver) -> None:
+    """Each job fits alone; the batch keeps the prefix whose CPU total fits as well."""
+    runner = await fleet.runner(driver, memory_mb=100_000, cpu_millis=2500, lanes={"checks": 8})
+    ids = [await _job(driver, "unit", "webapp") for _ in range(3)]  # 1000 millis each
+    claims = await leasing.claim(driver, runner=runner, lane="checks", limit=8)
+    assert [c.job_id for c in claims] == ids[:2]
+    assert (await _reserved(driver, runner))[1] == 2000
 
 
 async def test_slots_bound_the_batch(driver: Driver) -> None:
@@ -536,6 +594,36 @@ async def test_release_requeues_without_counting(driver: Driver) -> None:
         await leasing.release(
             driver, runner=runner, job_id=job_id, token=claim.lease_version, reason="zombie"
         )
+
+
+async def test_hand_backs_after_a_self_fence_count_toward_the_cap(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """A job that makes every runner fence itself cannot cycle forever: each fenced
+    hand-back counts a reassignment, and past the cap the job fails."""
+    sync_conn.execute("UPDATE fleetq.settings SET value = '1' WHERE name = 'reassignment_cap'")
+    runner = await fleet.runner(driver)
+    job_id = await _job(driver)
+    answers = []
+    for _ in range(2):
+        claim = await _claim_one(driver, runner)
+        answers.append(
+            await leasing.release(
+                driver,
+                runner=runner,
+                job_id=job_id,
+                token=claim.lease_version,
+                reason="self-fenced",
+                fenced=True,
+            )
+        )
+    assert answers == [WriteStatus.OK, "failed"]
+    job = await readers.job(driver, job_id)
+    assert (job.state, job.failure_reason, job.reassign_count) == (
+        JobState.FAILED,
+        "reassignments_exhausted",
+        2,
+    )
 
 
 async def test_a_runner_for_an_unknown_lane_is_refused_clearly(driver: Driver) -> None:

@@ -1,11 +1,15 @@
 """A stateful property test of the whole protocol on a real database.
 
 Three simulated runners interleave claim, start, heartbeat, complete, fail, loss,
-cancel, stop confirmation and lease expiry, and keep presenting leases they *believe*
-they hold, long after some were taken from them (zombies). After every step:
-at most one terminal outcome per job, tokens only increase, no stale write ever
-succeeds, no job disappears, terminal jobs stay terminal, and every runner's reserved
-capacity equals what its jobs hold.
+hand-back (after a self-fence too), cancel, stop confirmation, lease expiry, retries of
+a claim and of an outcome whose replies were lost, and fenced-ledger writes, and keep
+presenting leases they *believe* they hold, long after some were taken from them
+(zombies). The same actions as the TLA+ model (spec/FleetqLease.tla): the model checks
+the design, this machine the SQL. After every step: at most one terminal outcome per
+job, tokens only increase, no stale write ever succeeds, no job disappears, terminal
+jobs stay terminal, every runner's reserved capacity equals what its jobs hold, and the
+ledger accepted exactly what fencing allows (an independent model of it here), with
+its violation and duplicate counters agreeing with that model.
 """
 
 from __future__ import annotations
@@ -60,11 +64,15 @@ class QueueMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.Runner()
         self.driver = self.loop.run(AsyncpgDriver.connect(self.dsn))
+        self.cap = 0  # reassignment_cap, read by _reset
         self.run(self._reset())
         self.submitted = 0
         self.believed: dict[str, list[tuple[JobId, FencingToken]]] = {r: [] for r in RUNNERS}
         self.max_token: dict[int, int] = {}
         self.terminal: dict[int, str] = {}
+        self.ledger_high: dict[str, int] = {}  # key -> highest token accepted
+        self.effects: dict[int, set[int]] = {}  # job -> tokens whose effect was accepted
+        self.ledger_writes = 0
 
     def run(self, coro: Any) -> Any:
         return self.loop.run(coro)
@@ -77,8 +85,13 @@ class QueueMachine(RuleBasedStateMachine):
         conn = self.driver.conn
         await conn.execute(
             "TRUNCATE fleetq.jobs, fleetq.executions, fleetq.events, fleetq.verdicts, "
-            "fleetq.task_notifications, fleetq.runner_lanes, fleetq.runners CASCADE"
+            "fleetq.task_notifications, fleetq.runner_lanes, fleetq.runners, "
+            "fleetq.fenced_writes, fleetq.fenced_ledger CASCADE"
         )
+        (cap,) = await self.driver.fetch(
+            "SELECT value::integer AS cap FROM fleetq.settings WHERE name = 'reassignment_cap'"
+        )
+        self.cap = int(cap["cap"])
         for i, rid in enumerate(RUNNERS):
             node, name = rid.split("/")
             await fleet_api.register(
@@ -168,6 +181,28 @@ class QueueMachine(RuleBasedStateMachine):
             assert self._holds(row, runner, lease[1]), "a stale start report succeeded"
 
     @rule(runner=runner_ids)
+    def claim_retried(self, runner: str) -> None:
+        """A claim whose reply was lost is sent again under the same claim id: it gets back
+        exactly what the first took, and nothing more."""
+        claim_id = uuid.uuid4()
+        first = self.run(
+            leasing.claim(
+                self.driver, runner=RunnerId(runner), lane="checks", limit=2, claim_id=claim_id
+            )
+        )
+        again = self.run(
+            leasing.claim(
+                self.driver, runner=RunnerId(runner), lane="checks", limit=2, claim_id=claim_id
+            )
+        )
+        taken = [(c.job_id, c.lease_version) for c in first]
+        assert [(c.job_id, c.lease_version) for c in again] == taken, "a retried claim differs"
+        for job_id, token in taken:
+            assert token > self.max_token.get(job_id, 0), "token did not increase"
+            self.max_token[job_id] = token
+            self.believed[runner].append((job_id, token))
+
+    @rule(runner=runner_ids)
     def heartbeat(self, runner: str) -> None:
         leases = list(dict(self.believed[runner]).items())
         rows = {j: self.run(self._job_row(j)) for j, _ in leases}
@@ -196,6 +231,73 @@ class QueueMachine(RuleBasedStateMachine):
             assert row["released_by"] == runner and row["released_version"] == lease[1]
         else:
             assert not self._holds(row, runner, lease[1])
+
+    @precondition(_believes)
+    @rule(data=st.data())
+    def finish_retried(self, data: st.DataObject) -> None:
+        """An outcome whose reply was lost is sent again: once recorded, the retry learns
+        it is 'already' recorded, and nothing is written twice."""
+        runner, lease = self._pick(data)
+        report = OutcomeReport(
+            job_id=lease[0], lease_version=lease[1], outcome=Outcome.SUCCEEDED, exit_code=0
+        )
+        (first,) = self.run(
+            leasing.complete_many(self.driver, runner=RunnerId(runner), outcomes=[report])
+        )
+        (again,) = self.run(
+            leasing.complete_many(self.driver, runner=RunnerId(runner), outcomes=[report])
+        )
+        if first.status in (WriteStatus.OK, WriteStatus.ALREADY):
+            assert again.status == WriteStatus.ALREADY, "a retried outcome was not 'already'"
+        else:
+            assert again.status == first.status
+
+    @precondition(_believes)
+    @rule(data=st.data(), fenced=st.booleans())
+    def hand_back(self, data: st.DataObject, fenced: bool) -> None:
+        """A runner hands a lease back: shutting down, or after fencing itself (which
+        counts a reassignment, so a job cannot cycle through self-fences without end)."""
+        runner, lease = self._pick(data)
+        row = self.run(self._job_row(lease[0]))
+        try:
+            status = self.run(
+                leasing.release(
+                    self.driver,
+                    runner=RunnerId(runner),
+                    job_id=lease[0],
+                    token=lease[1],
+                    reason="machine",
+                    fenced=fenced,
+                )
+            )
+        except StaleLease:
+            assert not self._holds(row, runner, lease[1])
+            return
+        if status == WriteStatus.ALREADY:
+            assert (row["released_by"], row["released_version"]) == (runner, lease[1])
+            return
+        assert self._holds(row, runner, lease[1]), "a stale hand-back succeeded"
+        exhausted = fenced and row["reassign_count"] + 1 > self.cap
+        assert status == ("failed" if exhausted else "ok"), (status, fenced, row)
+
+    @precondition(_believes)
+    @rule(data=st.data())
+    def ledger_write(self, data: st.DataObject) -> None:
+        """A handler's side effect through the fenced ledger, under the token its runner
+        believes it holds (a zombie's too): accepted exactly when no higher token has
+        written that key before."""
+        runner, (job_id, token) = self._pick(data)
+        key = f"effect-{job_id}"
+        accepted = self.run(
+            leasing.fenced_write(
+                self.driver, key=key, job_id=job_id, token=token, value={"by": runner}
+            )
+        )
+        self.ledger_writes += 1
+        assert accepted == (token >= self.ledger_high.get(key, 0)), "the ledger's fence broke"
+        if accepted:
+            self.ledger_high[key] = token
+            self.effects.setdefault(job_id, set()).add(token)
 
     @rule(runner=runner_ids)
     def zombie_finishes_everything(self, runner: str) -> None:
@@ -334,8 +436,14 @@ class QueueMachine(RuleBasedStateMachine):
         assert bad == [], f"reservations drifted on {bad}"
 
     @invariant()
-    def ledger_has_no_violations(self) -> None:
+    def ledger_counts_what_fencing_allowed(self) -> None:
+        """The counters agree with the model: no write below an accepted higher token was
+        accepted, and the jobs whose effects landed under two tokens are counted."""
         assert self.run(leasing.fenced_violations(self.driver)) == 0
+        twice = sum(1 for tokens in self.effects.values() if len(tokens) > 1)
+        assert self.run(leasing.fenced_duplicates(self.driver)) == twice
+        (written,) = self.run(self.driver.fetch("SELECT count(*) AS n FROM fleetq.fenced_writes"))
+        assert written["n"] == self.ledger_writes
 
 
 def test_protocol_state_machine(db_dsn: str, sync_conn: SyncConnection) -> None:

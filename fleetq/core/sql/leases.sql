@@ -48,6 +48,14 @@ SELECT * FROM fleetq.reap($1::integer, $2::timestamptz);
 -- $1 key, $2 job, $3 token, $4 value (JSON text)
 SELECT fleetq.fenced_write($1::text, $2::bigint, $3::bigint, $4::text::jsonb) AS accepted;
 
+-- name: lease_fenced_duplicates
+-- Jobs whose ledger effects were accepted under more than one token: a superseded run's
+-- write that landed before its successor's (fencing refuses a stale write only once a
+-- newer token has written). Not a violation; the figure says how often it happened.
+SELECT count(*) AS duplicates
+FROM (SELECT job_id FROM fleetq.fenced_writes WHERE accepted
+      GROUP BY job_id HAVING count(DISTINCT token) > 1) d;
+
 -- name: lease_fenced_violations
 -- Accepted ledger writes whose token is below one accepted earlier for the same key.
 -- Must always be 0; the fault tests assert it.
