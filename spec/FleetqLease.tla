@@ -10,7 +10,8 @@
 (* the reassignment cap), outcome with a lost reply and its retry (the     *)
 (* `already` answer), cancel with a stop request, a claim that launched    *)
 (* nothing reported lost (requeued once, then failed), self-fence (the     *)
-(* runner stops a run it could not renew), runner crash and restart with   *)
+(* runner stops a run it could not renew, and hands the lease back counted *)
+(* as a reassignment), runner crash and restart with                       *)
 (* adoption of a launched run whose start report was lost.                 *)
 (*                                                                         *)
 (* Time is abstract: a lease expires whenever its holder has not renewed   *)
@@ -188,6 +189,26 @@ ReportLost(r, e) ==
     /\ Drop(r, e)
     /\ UNCHANGED <<token, expired, reassigned, stopRequested, started, up>>
 
+(* After fencing itself, the runner hands the lease back once the database answers:   *)
+(* it counts a reassignment, as an expiry does, so a job that makes every runner fence *)
+(* itself fails past the cap instead of cycling.                                      *)
+HandBackFenced(r, e) ==
+    /\ up[r] /\ e \in held[r] /\ ~e.retry
+    /\ IF Holds(r, e)
+       THEN /\ IF reassigned[e.job] + 1 > ReassignCap
+               THEN /\ state' = [state EXCEPT ![e.job] = "failed"]
+                    /\ outcomes' = [outcomes EXCEPT ![e.job] = @ \cup
+                                    {[by |-> r, kind |-> "failed", tok |-> e.tok,
+                                      current |-> token[e.job]]}]
+               ELSE /\ state' = [state EXCEPT ![e.job] = "queued"]
+                    /\ UNCHANGED outcomes
+            /\ owner' = [owner EXCEPT ![e.job] = None]
+            /\ reassigned' = [reassigned EXCEPT ![e.job] = @ + 1]
+            /\ released' = [released EXCEPT ![e.job] = [runner |-> r, tok |-> e.tok]]
+       ELSE UNCHANGED <<state, outcomes, owner, reassigned, released>>
+    /\ Drop(r, e)
+    /\ UNCHANGED <<token, expired, lost, stopRequested, started, up>>
+
 (* An operator cancels: terminal at once; a live job's runner is asked to stop. *)
 Cancel(j) ==
     /\ state[j] \in {"queued"} \cup Live
@@ -226,7 +247,7 @@ Next ==
     \/ \E r \in Runners, j \in Jobs : Claim(r, j)
     \/ \E r \in Runners : \E e \in held[r] :
            \/ Launch(r, e) \/ ReportStart(r, e) \/ Heartbeat(r, e) \/ ReportLost(r, e)
-           \/ StopRun(r, e)
+           \/ StopRun(r, e) \/ HandBackFenced(r, e)
            \/ \E kind \in {"succeeded", "failed"}, replyLost \in BOOLEAN :
                   Complete(r, e, kind, replyLost)
     \/ \E j \in Jobs : Expire(j) \/ Reap(j) \/ Cancel(j)
