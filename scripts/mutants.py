@@ -45,6 +45,7 @@ LIST = ROOT / "scripts" / "mutants.toml"
 TESTS = (
     "tests/integration/test_database_clock.py",
     "tests/integration/test_leases.py",
+    "tests/integration/test_dependencies.py",
     "tests/integration/test_submit.py",
     "tests/integration/test_recovery_never_waits.py",
     "tests/integration/test_eligibility.py",

@@ -23,7 +23,7 @@ from fleetq.cli.exits import Exit
 from fleetq.cli.output import emit_json, table
 from fleetq.core import eligibility, leasing, producer, readers
 from fleetq.core.errors import FleetqError, InvalidInput, NotFound
-from fleetq.core.models import CancelResult, JobId, JobState
+from fleetq.core.models import CancelResult, Job, JobId, JobState
 from fleetq.core.text import escape
 
 
@@ -54,6 +54,14 @@ def _submit(commands: Commands) -> None:
     p.add_argument("--task", help="task id: its thread is notified of the outcome")
     p.add_argument("--payload", metavar="JSON", help="a JSON object for the job")
     p.add_argument("--payload-file", type=Path, metavar="FILE", help="read the payload from FILE")
+    p.add_argument(
+        "--after",
+        nargs="+",
+        type=int,
+        metavar="JOB",
+        help="wait until these jobs have succeeded (state waiting); cancelled if one fails, "
+        "is refused or cancelled",
+    )
     add_actor(p)
     add_json(p)
     p.set_defaults(func=_do_submit)
@@ -110,10 +118,20 @@ def _do_submit(args: argparse.Namespace) -> int:
             idempotency_key=args.key,
             task_id=args.task,
             payload=payload,
+            after=args.after,
         ),
     )
     if args.json:
         emit_json(answer)
+    elif answer.created and answer.state == JobState.WAITING:
+        waits = ", ".join(str(j) for j in sorted(set(args.after or [])))
+        print(
+            f"job {answer.job_id} waiting on {waits} (priority class {answer.priority_class}); "
+            "queued when they have succeeded"
+        )
+    elif answer.created and answer.state == JobState.CANCELLED:
+        job = run(args, lambda d: readers.job(d, answer.job_id))
+        print(f"job {answer.job_id} cancelled at once: {escape(job.cancel_reason or '')}")
     elif answer.created:
         print(f"job {answer.job_id} queued (priority class {answer.priority_class})")
     else:
@@ -320,17 +338,19 @@ def _explain(commands: Commands) -> None:
 
 
 def _do_explain(args: argparse.Namespace) -> int:
-    async def work(d: Any) -> tuple[JobState, eligibility.Explanation]:
+    async def work(d: Any) -> tuple[Job, eligibility.Explanation]:
         job = await readers.job(d, JobId(args.job_id))  # NotFound for no such job
-        return job.state, await eligibility.explain(d, JobId(args.job_id))
+        return job, await eligibility.explain(d, JobId(args.job_id))
 
-    state, explained = run(args, work)
+    job, explained = run(args, work)
+    state = job.state
     if args.json:
         emit_json(
             {
                 "job_id": explained.job_id,
                 "state": state.value,
                 "finished": state.terminal,
+                "waiting_on": job.waiting_on,
                 "never": explained.never,
                 "summary": explained.summary(),
                 "runners": [
@@ -348,6 +368,11 @@ def _do_explain(args: argparse.Namespace) -> int:
     if state.terminal:
         print(f"job {args.job_id} is finished ({state}): no runner will take it again; as for")
         print("a job like it now:")
+    if state == JobState.WAITING:
+        print(
+            f"job {args.job_id} is waiting on {', '.join(map(str, job.waiting_on))}: no runner "
+            "takes it before they have succeeded; then, as now:"
+        )
     print(explained.summary())
     if explained.never and explained.runners:
         print("no registered runner could ever run it: it waits until one that can registers")

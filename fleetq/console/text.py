@@ -81,6 +81,7 @@ def sparkline(values: Sequence[float | None]) -> str:
 
 
 STATE_STYLES = {
+    "waiting": "dim yellow",
     "queued": "yellow",
     "claimed": "cyan",
     "running": "bold cyan",

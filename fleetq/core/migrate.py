@@ -139,9 +139,12 @@ def migrate(
             pending = [m for m in migrations if m.version not in applied]
             for migration in pending:
                 _apply(conn, migration)
-            if pending:
+            # the protocol after the migrations (a migration may drop a function whose
+            # new signature a protocol file creates); ownership and grants after both
+            changed = _apply_protocol(conn, protocol)
+            if pending and not changed:
                 _secure(conn)
-            for name in _apply_protocol(conn, protocol):
+            for name in changed:
                 if on_protocol is not None:
                     on_protocol(name)
             return pending

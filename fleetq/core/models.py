@@ -21,6 +21,7 @@ FencingToken = NewType("FencingToken", int)  # jobs.lease_version; increases on 
 class JobState(StrEnum):
     """Where a job is in its life."""
 
+    WAITING = "waiting"  # on its dependencies -> queued (all succeeded), cancelled
     QUEUED = "queued"  # -> claimed (claim), cancelled (cancel)
     CLAIMED = "claimed"  # -> running (report_start), queued (reap, first loss), terminal
     RUNNING = "running"  # -> terminal (complete), queued (reap, first loss), cancelled
@@ -186,11 +187,13 @@ class Job(_Row):
     reassign_count: int
     failure_reason: str | None
     cancelled_by: str | None
+    cancel_reason: str | None = None
     payload: dict[str, Any] = {}
     created_at: datetime
     claimed_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    waiting_on: list[JobId] = []  # while waiting: its dependencies not yet succeeded
 
     @property
     def stop_pending(self) -> bool:

@@ -29,6 +29,7 @@ class SubmitFields(TypedDict):
     idempotency_key: NotRequired[str | None]
     task_id: NotRequired[str | None]
     payload: NotRequired[dict[str, Any] | None]
+    after: NotRequired[list[int] | None]  # jobs that must succeed first
 
 
 def _params(fields: SubmitFields) -> list[object]:
@@ -42,13 +43,15 @@ def _params(fields: SubmitFields) -> list[object]:
         validation.optional_text(fields.get("task_id"), "task id"),
         validation.text(fields["submitted_by"], "submitted by"),
         validation.payload(fields.get("payload")),
+        validation.job_ids(fields.get("after"), "after"),
     ]
 
 
 async def submit(driver: Driver, **fields: Unpack[SubmitFields]) -> SubmitResult:
     """Enqueue a job; with an idempotency key, a repeat returns the same job
     (`created=False`) and a different request under that key raises
-    `IdempotencyConflict`."""
+    `IdempotencyConflict`. With `after`, the job waits (state `waiting`) until those
+    jobs have succeeded, and is cancelled if one of them fails, is refused or cancelled."""
     rows = await driver.fetch(queries.sql("jobs_submit"), *_params(fields))
     return SubmitResult.model_validate(rows[0])
 

@@ -54,6 +54,23 @@ def optional_text(value: str | None, field: str) -> str | None:
     return None if value is None else text(value, field)
 
 
+MAX_DEPENDENCIES = 100
+
+
+def job_ids(value: list[int] | None, field: str) -> list[int] | None:
+    """Job ids (positive, at most MAX_DEPENDENCIES, duplicates dropped), or None."""
+    if not value:
+        return None
+    if len(value) > MAX_DEPENDENCIES:
+        raise InvalidInput(f"{field} names {len(value)} jobs, over the limit of {MAX_DEPENDENCIES}")
+    ids = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item <= 0:
+            raise InvalidInput(f"{field} takes job ids (positive whole numbers)")
+        ids.append(item)
+    return sorted(set(ids))
+
+
 def payload(value: dict[str, Any] | None, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
     """The payload as JSON text: an object, within the size limit, no NUL anywhere
     (PostgreSQL's jsonb cannot store U+0000)."""

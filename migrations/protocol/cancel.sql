@@ -20,11 +20,11 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown job %', p_job USING ERRCODE = 'FQ004';
     END IF;
-    IF j.state NOT IN ('queued', 'claimed', 'running') THEN
+    IF j.state NOT IN ('waiting', 'queued', 'claimed', 'running') THEN
         RETURN QUERY SELECT j.id, j.state, j.state, false;  -- already terminal: nothing to do
         RETURN;
     END IF;
-    v_live := j.state <> 'queued';
+    v_live := j.state IN ('claimed', 'running');
     -- Terminal at once (DESIGN §1.7); the lease ends, so any write by the old owner is
     -- stale from here on, but the capacity stays reserved until the runner confirms the
     -- stop: cancellation is not a stop.

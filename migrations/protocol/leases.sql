@@ -119,6 +119,8 @@ BEGIN
     SELECT j.task_id, j.id, j.state, CASE j.state WHEN 'succeeded' THEN 'passed' ELSE j.state END
     FROM fleetq.jobs j
     WHERE j.id = ANY (p_jobs) AND j.task_id IS NOT NULL;
+
+    PERFORM fleetq.settle_dependents(p_jobs);  -- the jobs waiting on these
 END;
 $function$;
 

@@ -10,7 +10,7 @@
 -- lock orders a submit against a removal (which locks the row FOR UPDATE): a submit in
 -- flight finishes first and its job counts as live for the removal; a later submit sees
 -- the operation retired.
-CREATE OR REPLACE FUNCTION fleetq.submit_unchecked(p_project text, p_operation text, p_commit text, p_requested_node text, p_idempotency_key text, p_task_id text, p_submitted_by text, p_payload jsonb)
+CREATE OR REPLACE FUNCTION fleetq.submit_unchecked(p_project text, p_operation text, p_commit text, p_requested_node text, p_idempotency_key text, p_task_id text, p_submitted_by text, p_payload jsonb, p_after bigint[] DEFAULT NULL)
  RETURNS TABLE(job_id bigint, created boolean, state text, priority_class smallint)
  LANGUAGE plpgsql
 AS $function$
@@ -22,6 +22,12 @@ DECLARE
     v_id bigint;
     v_old fleetq.jobs%ROWTYPE;
     v_limit integer := fleetq.setting_int('max_payload_bytes');
+    v_after bigint[] := ARRAY(SELECT DISTINCT a FROM unnest(p_after) AS a WHERE a IS NOT NULL
+                              ORDER BY a);
+    v_unknown bigint[];
+    v_waiting boolean := false;
+    v_failed_id bigint;
+    v_failed_state text;
 BEGIN
     SELECT release_gate INTO v_gate FROM fleetq.projects WHERE name = p_project;
     IF NOT FOUND THEN
@@ -44,6 +50,14 @@ BEGIN
         RAISE EXCEPTION 'payload is % bytes, over the limit of %', octet_length(p_payload::text),
             v_limit USING ERRCODE = 'FQ003';
     END IF;
+    IF cardinality(v_after) > 0 THEN
+        SELECT array_agg(a) INTO v_unknown FROM unnest(v_after) AS a
+        WHERE NOT EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = a);
+        IF v_unknown IS NOT NULL THEN
+            RAISE EXCEPTION 'no job % to wait for', array_to_string(v_unknown, ', ')
+                USING ERRCODE = 'FQ003';
+        END IF;
+    END IF;
     -- Priority is derived, never chosen: release verification, then release gates, then
     -- everything else.
     v_class := CASE
@@ -55,19 +69,48 @@ BEGIN
 
     INSERT INTO fleetq.jobs
         (project, operation, commit_sha, lane, capabilities, memory_mb, cpu_millis, timeout_s,
-         requested_node, idempotency_key, task_id, submitted_by, payload, priority_class)
+         requested_node, idempotency_key, task_id, submitted_by, payload, priority_class, state)
     VALUES
         (p_project, p_operation, p_commit, v_op.lane, v_op.capabilities, v_op.memory_mb,
          v_op.cpu_millis, v_op.timeout_s, p_requested_node, p_idempotency_key, p_task_id,
-         p_submitted_by, coalesce(p_payload, '{}'), v_class)
+         p_submitted_by, coalesce(p_payload, '{}'), v_class,
+         CASE WHEN cardinality(v_after) > 0 THEN 'waiting' ELSE 'queued' END)
     ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO v_id;
 
+    IF v_id IS NOT NULL AND cardinality(v_after) > 0 THEN
+        -- The dependencies are recorded first and their states read after: the foreign
+        -- keys hold each dependency (KEY SHARE) from here to commit, so one that ends
+        -- now (its row is taken FOR UPDATE) either ended before this statement and is
+        -- read below, or waits for this submit and then finds this job waiting on it.
+        INSERT INTO fleetq.job_dependencies (job_id, depends_on)
+        SELECT v_id, a FROM unnest(v_after) AS a;
+        SELECT j.id, j.state INTO v_failed_id, v_failed_state FROM fleetq.jobs j
+        WHERE j.id = ANY (v_after) AND j.state IN ('failed', 'refused', 'cancelled')
+        ORDER BY j.id LIMIT 1;
+        v_waiting := EXISTS (SELECT 1 FROM fleetq.jobs j
+                             WHERE j.id = ANY (v_after) AND j.state <> 'succeeded');
+        IF NOT v_waiting THEN
+            UPDATE fleetq.jobs SET state = 'queued' WHERE id = v_id;
+        END IF;
+    END IF;
+
     IF v_id IS NOT NULL THEN
         PERFORM fleetq.log_events('submitted', ARRAY[v_id], NULL, ARRAY[0::bigint], p_submitted_by,
-                                  jsonb_build_object('priority_class', v_class));
-        PERFORM pg_notify('fleetq_work', v_op.lane);
-        RETURN QUERY SELECT v_id, true, 'queued'::text, v_class;
+                                  jsonb_build_object('priority_class', v_class)
+                                  || CASE WHEN cardinality(v_after) > 0
+                                          THEN jsonb_build_object('after', to_jsonb(v_after))
+                                          ELSE '{}'::jsonb END);
+        IF v_failed_id IS NOT NULL THEN  -- a dependency already failed: cancelled at once
+            PERFORM fleetq.cancel_unchecked(
+                v_id, 'fleetq', format('dependency failed: job %s %s', v_failed_id, v_failed_state));
+            RETURN QUERY SELECT v_id, true, 'cancelled'::text, v_class;
+            RETURN;
+        END IF;
+        IF NOT v_waiting THEN
+            PERFORM pg_notify('fleetq_work', v_op.lane);
+        END IF;
+        RETURN QUERY SELECT v_id, true, CASE WHEN v_waiting THEN 'waiting' ELSE 'queued' END, v_class;
         RETURN;
     END IF;
 
@@ -89,7 +132,7 @@ $function$;
 
 -- ---------------------------------------------------------------------------------------
 -- Submitting and cancelling: the identity is the caller's, never chosen.
-CREATE OR REPLACE FUNCTION fleetq.submit(p_project text, p_operation text, p_commit text, p_requested_node text, p_idempotency_key text, p_task_id text, p_submitted_by text, p_payload jsonb)
+CREATE OR REPLACE FUNCTION fleetq.submit(p_project text, p_operation text, p_commit text, p_requested_node text, p_idempotency_key text, p_task_id text, p_submitted_by text, p_payload jsonb, p_after bigint[] DEFAULT NULL)
  RETURNS TABLE(job_id bigint, created boolean, state text, priority_class smallint)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -101,7 +144,7 @@ BEGIN
     SELECT * INTO c FROM fleetq.require(ARRAY['submitter', 'operator']);
     RETURN QUERY SELECT * FROM fleetq.submit_unchecked(
         p_project, p_operation, p_commit, p_requested_node, p_idempotency_key, p_task_id,
-        CASE WHEN c.kind = 'admin' THEN p_submitted_by ELSE c.subject END, p_payload);
+        CASE WHEN c.kind = 'admin' THEN p_submitted_by ELSE c.subject END, p_payload, p_after);
 END;
 $function$;
 
@@ -128,7 +171,7 @@ BEGIN
     END IF;
     -- a new statement, so a new snapshot: it sees the jobs of submits that held the row
     -- while this one waited for it
-    SELECT count(*) FILTER (WHERE j.state IN ('queued', 'claimed', 'running')), count(*)
+    SELECT count(*) FILTER (WHERE j.state IN ('waiting', 'queued', 'claimed', 'running')), count(*)
     INTO v_live, v_jobs
     FROM fleetq.jobs j WHERE j.project = p_project AND j.operation = p_operation;
     IF v_retired IS NOT NULL THEN

@@ -109,3 +109,29 @@ def test_queue_commands_refuse_an_unmigrated_database(
 ) -> None:
     assert main(["--dsn", empty_dsn, "jobs"]) == 78
     assert "run `fleetq migrate`" in capsys.readouterr().err
+
+
+def test_submit_after_waits_explains_and_cancels_down_the_chain(cli: Invoke) -> None:
+    cli("submit", "tools", "lint", "--commit", SHA)
+    code, out, _ = cli("submit", "tools", "lint", "--commit", SHA, "--after", "1")
+    assert (code, out.strip()) == (
+        0,
+        "job 2 waiting on 1 (priority class 2); queued when they have succeeded",
+    )
+    code, out, _ = cli("explain", "2")
+    assert code == 0 and "job 2 is waiting on 1: no runner takes it" in out
+    code, out, _ = cli("jobs", "--json")
+    waiting = {j["id"]: j["waiting_on"] for j in json.loads(out)}
+    assert waiting == {1: [], 2: [1]}
+    code, out, _ = cli("cancel", "1")
+    assert code == 0
+    code, out, _ = cli("jobs", "--json")
+    second = next(j for j in json.loads(out) if j["id"] == 2)
+    assert (second["state"], second["cancel_reason"]) == (
+        "cancelled",
+        "dependency failed: job 1 cancelled",
+    )
+    code, out, _ = cli("submit", "tools", "lint", "--commit", SHA, "--after", "1")
+    assert (code, out.strip()) == (0, "job 3 cancelled at once: dependency failed: job 1 cancelled")
+    code, _, err = cli("submit", "tools", "lint", "--commit", SHA, "--after", "77")
+    assert code == 64 and "no job 77 to wait for" in err

@@ -122,6 +122,12 @@ class DetailView(VerticalScroll):
         if job.failure_reason:
             head.append("\nreason: ", style="bold")
             head.append(plain(one_line(job.failure_reason, 200)))
+        if job.cancel_reason:
+            head.append("\ncancelled: ", style="bold")
+            head.append(plain(one_line(job.cancel_reason, 200)))
+        if job.waiting_on:
+            head.append("\nwaiting on: ", style="bold yellow")
+            head.append(", ".join(map(str, job.waiting_on)) + " (queued when they have succeeded)")
         self.query_one("#detail-head", Static).update(head)
         explanation = detail.explanation
         summary = plain(explanation.summary(), "green" if explanation.eligible else "bold red")

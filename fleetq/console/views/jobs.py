@@ -225,6 +225,10 @@ class JobsView(Vertical):
         why: Cell = ""
         if (explanation := page.waiting.get(job.id)) is not None:
             why = _waiting(explanation)
+        elif job.waiting_on:
+            why = Text("waiting on " + ", ".join(map(str, job.waiting_on)), style="yellow")
+        elif job.cancel_reason and job.state == JobState.CANCELLED:
+            why = plain(one_line(job.cancel_reason, 70), "dim")
         elif job.failure_reason:
             why = plain(one_line(job.failure_reason, 70), "dim")
         label = job.state.value + (" (stop pending)" if job.stop_pending else "")

@@ -2,9 +2,9 @@
 
 -- name: jobs_submit
 -- $1 project, $2 operation, $3 commit, $4 requested node, $5 idempotency key, $6 task id,
--- $7 submitted by, $8 payload (JSON text)
+-- $7 submitted by, $8 payload (JSON text), $9 the jobs it waits for (NULL: none)
 SELECT * FROM fleetq.submit($1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
-                            $7::text, $8::text::jsonb);
+                            $7::text, $8::text::jsonb, $9::bigint[]);
 
 -- name: jobs_cancel
 -- $1 job, $2 actor, $3 reason
@@ -12,13 +12,14 @@ SELECT * FROM fleetq.cancel($1::bigint, $2::text, $3::text);
 
 -- name: jobs_get
 -- $1 job
-SELECT * FROM fleetq.jobs WHERE id = $1::bigint;
+SELECT j.*, fleetq.waiting_on(j.id, j.state) AS waiting_on
+FROM fleetq.jobs j WHERE j.id = $1::bigint;
 
 -- name: jobs_list
 -- Newest first, each filter optional (NULL: any).
 -- $1 state, $2 lane, $3 project, $4 runner (what it holds: its live leases and the
 -- cancelled jobs it must still confirm stopped), $5 limit
-SELECT *
+SELECT *, fleetq.waiting_on(id, state) AS waiting_on
 FROM fleetq.jobs
 WHERE ($1::text IS NULL OR state = $1::text)
   AND ($2::text IS NULL OR lane = $2::text)

@@ -133,7 +133,7 @@ SELECT (SELECT count(*) FROM fleetq.jobs
 -- matches a job id, a commit prefix, an operation, a project or a submitter.
 -- $1 state, $2 lane, $3 project, $4 runner, $5 reassigned only, $6 lost only, $7 word,
 -- $8 limit
-SELECT *
+SELECT *, fleetq.waiting_on(id, state) AS waiting_on
 FROM fleetq.jobs
 WHERE ($1::text IS NULL OR state = $1::text)
   AND ($2::text IS NULL OR lane = $2::text)
