@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +22,7 @@ from fleetq.cli.common import (
 )
 from fleetq.cli.exits import Exit
 from fleetq.cli.output import emit_json, table
-from fleetq.core import eligibility, leasing, producer, readers
+from fleetq.core import eligibility, leasing, producer, readers, validation
 from fleetq.core.errors import FleetqError, InvalidInput, NotFound
 from fleetq.core.models import CancelResult, Job, JobId, JobState
 from fleetq.core.text import escape
@@ -54,6 +55,12 @@ def _submit(commands: Commands) -> None:
     p.add_argument("--task", help="task id: its thread is notified of the outcome")
     p.add_argument("--payload", metavar="JSON", help="a JSON object for the job")
     p.add_argument("--payload-file", type=Path, metavar="FILE", help="read the payload from FILE")
+    p.add_argument(
+        "--traceparent",
+        metavar="HEADER",
+        help="W3C trace context to continue (default: $TRACEPARENT); the job gets it as "
+        "TRACEPARENT",
+    )
     p.add_argument(
         "--after",
         nargs="+",
@@ -99,6 +106,21 @@ def _read_payload_file(path: Path) -> str:
         raise InvalidInput(f"--payload-file {path}: {exc.strerror}") from None
 
 
+def _traceparent(args: argparse.Namespace) -> str | None:
+    """--traceparent (refused when malformed), else $TRACEPARENT, which a submit inherits
+    from whatever ran it: a malformed one there is ignored with a warning, not an error."""
+    if args.traceparent is not None:
+        return args.traceparent  # type: ignore[no-any-return]
+    inherited = os.environ.get("TRACEPARENT")
+    if not inherited:
+        return None
+    try:
+        return validation.traceparent(inherited)
+    except InvalidInput as exc:
+        print(f"fleetq: ignoring $TRACEPARENT: {exc}", file=sys.stderr)
+        return None
+
+
 def _do_submit(args: argparse.Namespace) -> int:
     payload = _payload(args)
     key = f" with --key {args.key}, submitting again is safe" if args.key else ""
@@ -119,6 +141,7 @@ def _do_submit(args: argparse.Namespace) -> int:
             task_id=args.task,
             payload=payload,
             after=args.after,
+            traceparent=_traceparent(args),
         ),
     )
     if args.json:

@@ -14,7 +14,9 @@ Why each rule:
   whenever a file's checksum changes (Flyway's repeatable migrations), after the numbered
   ones and all in one transaction: a function is read and changed in one place, and a
   change that fails leaves every function as it was. Tables change only in numbered
-  migrations; a function is dropped or its signature changed in one too.
+  migrations; a function is dropped or its signature changed in one too, with `DROP
+  FUNCTION IF EXISTS` (a fresh database runs every numbered migration before any
+  protocol file, so a function a protocol file made may not exist yet).
 """
 
 from __future__ import annotations

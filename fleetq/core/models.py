@@ -104,6 +104,7 @@ class Claim(_Row):
     priority_class: int
     reassign_count: int
     lost_count: int
+    traceparent: str | None = None  # W3C trace context given at submit
 
 
 class HeartbeatResult(_Row):
@@ -194,6 +195,7 @@ class Job(_Row):
     started_at: datetime | None
     finished_at: datetime | None
     waiting_on: list[JobId] = []  # while waiting: its dependencies not yet succeeded
+    traceparent: str | None = None  # W3C trace context given at submit
 
     @property
     def stop_pending(self) -> bool:

@@ -30,6 +30,7 @@ class SubmitFields(TypedDict):
     task_id: NotRequired[str | None]
     payload: NotRequired[dict[str, Any] | None]
     after: NotRequired[list[int] | None]  # jobs that must succeed first
+    traceparent: NotRequired[str | None]  # W3C trace context, handed to the job
 
 
 def _params(fields: SubmitFields) -> list[object]:
@@ -44,6 +45,7 @@ def _params(fields: SubmitFields) -> list[object]:
         validation.text(fields["submitted_by"], "submitted by"),
         validation.payload(fields.get("payload")),
         validation.job_ids(fields.get("after"), "after"),
+        validation.traceparent(fields.get("traceparent")),
     ]
 
 

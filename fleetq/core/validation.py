@@ -55,6 +55,24 @@ def optional_text(value: str | None, field: str) -> str | None:
 
 
 MAX_DEPENDENCIES = 100
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+def traceparent(value: str | None) -> str | None:
+    """A W3C trace context header (version-traceid-parentid-flags), or None. Refused as
+    the standard says a receiver must: version ff, or an all-zero trace or parent id."""
+    if value is None:
+        return None
+    match = _TRACEPARENT.fullmatch(value.strip().lower()) if isinstance(value, str) else None
+    if match is None:
+        raise InvalidInput(
+            "traceparent must be a W3C trace context: 00-<32 hex trace id>-<16 hex parent id>-"
+            "<2 hex flags>"
+        )
+    version, trace, parent, _flags = match.groups()
+    if version == "ff" or set(trace) == {"0"} or set(parent) == {"0"}:
+        raise InvalidInput("traceparent has version ff or an all-zero trace or parent id")
+    return match.group(0)
 
 
 def job_ids(value: list[int] | None, field: str) -> list[int] | None:

@@ -39,6 +39,11 @@ class JobContext:
         """The fencing token: present it to external resources that order writes."""
         return int(self.claim.lease_version)
 
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C trace context the job was submitted with, to continue its trace."""
+        return self.claim.traceparent
+
     @contextlib.asynccontextmanager
     async def transaction(self, *, finish: bool = False) -> AsyncIterator[Connection]:
         """A transaction that first locks this job's row under our (owner, token).

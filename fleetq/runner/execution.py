@@ -248,7 +248,7 @@ def _load_handler(spec: str) -> Callable[..., Awaitable[Any]]:
 
 def _job_env(ex: Execution, kit: Toolkit) -> dict[str, str]:
     c = ex.claim
-    return {
+    env = {
         "FLEETQ_JOB_ID": str(c.job_id),
         "FLEETQ_FENCING_TOKEN": str(c.lease_version),
         "FLEETQ_RUN_ID": str(ex.run_id),
@@ -257,6 +257,9 @@ def _job_env(ex: Execution, kit: Toolkit) -> dict[str, str]:
         "FLEETQ_COMMIT": c.commit_sha,
         "FLEETQ_NODE": kit.node,
     }
+    if c.traceparent:  # the W3C name, which tracing libraries read to continue a trace
+        env["TRACEPARENT"] = c.traceparent
+    return env
 
 
 async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_ms: int) -> None:

@@ -45,7 +45,7 @@ AS $function$
 $function$;
 
 CREATE OR REPLACE FUNCTION fleetq.claim_unchecked(p_runner text, p_lane text, p_limit integer, p_claim_id uuid)
- RETURNS TABLE(job_id bigint, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint)
+ RETURNS TABLE(job_id bigint, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint, traceparent text)
  LANGUAGE plpgsql
 AS $function$
 #variable_conflict use_column
@@ -64,7 +64,7 @@ BEGIN
         RETURN QUERY
         SELECT j.id, j.lease_version, j.lease_expires_at, j.project, j.operation, j.commit_sha,
                j.requested_node, j.payload, j.task_id, j.timeout_s, j.memory_mb, j.cpu_millis,
-               j.priority_class, j.reassign_count, j.lost_count
+               j.priority_class, j.reassign_count, j.lost_count, j.traceparent
         FROM fleetq.jobs j
         WHERE j.claim_id = p_claim_id AND j.lease_owner = p_runner
           AND j.state IN ('claimed', 'running')
@@ -153,7 +153,7 @@ BEGIN
     )
     SELECT t.id, t.lease_version, t.lease_expires_at, t.project, t.operation, t.commit_sha,
            t.requested_node, t.payload, t.task_id, t.timeout_s, t.memory_mb, t.cpu_millis,
-           t.priority_class, t.reassign_count, t.lost_count
+           t.priority_class, t.reassign_count, t.lost_count, t.traceparent
     FROM taken t
     ORDER BY t.priority_class, t.created_at, t.id;
 
@@ -166,7 +166,7 @@ $function$;
 -- ---------------------------------------------------------------------------------------
 -- Runner entry points: the runner is the caller's own.
 CREATE OR REPLACE FUNCTION fleetq.claim(p_runner text, p_lane text, p_limit integer, p_claim_id uuid)
- RETURNS TABLE(job_id bigint, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint)
+ RETURNS TABLE(job_id bigint, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint, traceparent text)
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'

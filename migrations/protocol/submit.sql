@@ -10,7 +10,7 @@
 -- lock orders a submit against a removal (which locks the row FOR UPDATE): a submit in
 -- flight finishes first and its job counts as live for the removal; a later submit sees
 -- the operation retired.
-CREATE OR REPLACE FUNCTION fleetq.submit_unchecked(p_project text, p_operation text, p_commit text, p_requested_node text, p_idempotency_key text, p_task_id text, p_submitted_by text, p_payload jsonb, p_after bigint[] DEFAULT NULL)
+CREATE OR REPLACE FUNCTION fleetq.submit_unchecked(p_project text, p_operation text, p_commit text, p_requested_node text, p_idempotency_key text, p_task_id text, p_submitted_by text, p_payload jsonb, p_after bigint[] DEFAULT NULL, p_traceparent text DEFAULT NULL)
  RETURNS TABLE(job_id bigint, created boolean, state text, priority_class smallint)
  LANGUAGE plpgsql
 AS $function$
@@ -69,12 +69,13 @@ BEGIN
 
     INSERT INTO fleetq.jobs
         (project, operation, commit_sha, lane, capabilities, memory_mb, cpu_millis, timeout_s,
-         requested_node, idempotency_key, task_id, submitted_by, payload, priority_class, state)
+         requested_node, idempotency_key, task_id, submitted_by, payload, priority_class, state,
+         traceparent)
     VALUES
         (p_project, p_operation, p_commit, v_op.lane, v_op.capabilities, v_op.memory_mb,
          v_op.cpu_millis, v_op.timeout_s, p_requested_node, p_idempotency_key, p_task_id,
          p_submitted_by, coalesce(p_payload, '{}'), v_class,
-         CASE WHEN cardinality(v_after) > 0 THEN 'waiting' ELSE 'queued' END)
+         CASE WHEN cardinality(v_after) > 0 THEN 'waiting' ELSE 'queued' END, p_traceparent)
     ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO v_id;
 
@@ -98,6 +99,7 @@ BEGIN
     IF v_id IS NOT NULL THEN
         PERFORM fleetq.log_events('submitted', ARRAY[v_id], NULL, ARRAY[0::bigint], p_submitted_by,
                                   jsonb_build_object('priority_class', v_class)
+                                  || jsonb_strip_nulls(jsonb_build_object('traceparent', p_traceparent))
                                   || CASE WHEN cardinality(v_after) > 0
                                           THEN jsonb_build_object('after', to_jsonb(v_after))
                                           ELSE '{}'::jsonb END);
@@ -132,7 +134,7 @@ $function$;
 
 -- ---------------------------------------------------------------------------------------
 -- Submitting and cancelling: the identity is the caller's, never chosen.
-CREATE OR REPLACE FUNCTION fleetq.submit(p_project text, p_operation text, p_commit text, p_requested_node text, p_idempotency_key text, p_task_id text, p_submitted_by text, p_payload jsonb, p_after bigint[] DEFAULT NULL)
+CREATE OR REPLACE FUNCTION fleetq.submit(p_project text, p_operation text, p_commit text, p_requested_node text, p_idempotency_key text, p_task_id text, p_submitted_by text, p_payload jsonb, p_after bigint[] DEFAULT NULL, p_traceparent text DEFAULT NULL)
  RETURNS TABLE(job_id bigint, created boolean, state text, priority_class smallint)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -144,7 +146,8 @@ BEGIN
     SELECT * INTO c FROM fleetq.require(ARRAY['submitter', 'operator']);
     RETURN QUERY SELECT * FROM fleetq.submit_unchecked(
         p_project, p_operation, p_commit, p_requested_node, p_idempotency_key, p_task_id,
-        CASE WHEN c.kind = 'admin' THEN p_submitted_by ELSE c.subject END, p_payload, p_after);
+        CASE WHEN c.kind = 'admin' THEN p_submitted_by ELSE c.subject END, p_payload, p_after,
+        p_traceparent);
 END;
 $function$;
 

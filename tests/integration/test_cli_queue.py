@@ -135,3 +135,20 @@ def test_submit_after_waits_explains_and_cancels_down_the_chain(cli: Invoke) -> 
     assert (code, out.strip()) == (0, "job 3 cancelled at once: dependency failed: job 1 cancelled")
     code, _, err = cli("submit", "tools", "lint", "--commit", SHA, "--after", "77")
     assert code == 64 and "no job 77 to wait for" in err
+
+
+def test_submit_carries_a_trace_from_the_flag_or_the_environment(
+    cli: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    cli("submit", "tools", "lint", "--commit", SHA, "--traceparent", trace)
+    monkeypatch.setenv("TRACEPARENT", trace.replace("01", "00", 1)[:-2] + "01")
+    cli("submit", "tools", "lint", "--commit", SHA)
+    monkeypatch.setenv("TRACEPARENT", "garbage")
+    code, _, err = cli("submit", "tools", "lint", "--commit", SHA)
+    assert code == 0 and "ignoring $TRACEPARENT" in err  # inherited: warned, not refused
+    code, _, err = cli("submit", "tools", "lint", "--commit", SHA, "--traceparent", "garbage")
+    assert code == 64 and "W3C trace context" in err  # given: refused
+    code, out, _ = cli("jobs", "--json")
+    traces = {j["id"]: j["traceparent"] for j in json.loads(out)}
+    assert traces[1] == trace and traces[2] is not None and traces[3] is None

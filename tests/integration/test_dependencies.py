@@ -212,7 +212,7 @@ async def test_a_dependency_ending_during_the_submit_queues_the_job(
     with connect(db_dsn) as submitter, connect(db_dsn) as ender:
         (row,) = submitter.execute(
             queries.sql("jobs_submit"),
-            ["tools", "lint", SHA, None, None, None, "a", "{}", [a]],
+            ["tools", "lint", SHA, None, None, None, "a", "{}", [a], None],
         ).fetchall()
         (pid,) = ender.execute("SELECT pg_backend_pid()").fetchone() or ()
         done = threading.Thread(target=_ended(ender, runner, claim))

@@ -125,6 +125,9 @@ class DetailView(VerticalScroll):
         if job.cancel_reason:
             head.append("\ncancelled: ", style="bold")
             head.append(plain(one_line(job.cancel_reason, 200)))
+        if job.traceparent:
+            head.append("\ntrace: ", style="bold")
+            head.append(plain(job.traceparent))
         if job.waiting_on:
             head.append("\nwaiting on: ", style="bold yellow")
             head.append(", ".join(map(str, job.waiting_on)) + " (queued when they have succeeded)")

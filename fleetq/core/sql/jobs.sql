@@ -2,9 +2,10 @@
 
 -- name: jobs_submit
 -- $1 project, $2 operation, $3 commit, $4 requested node, $5 idempotency key, $6 task id,
--- $7 submitted by, $8 payload (JSON text), $9 the jobs it waits for (NULL: none)
+-- $7 submitted by, $8 payload (JSON text), $9 the jobs it waits for (NULL: none),
+-- $10 W3C traceparent (NULL: none)
 SELECT * FROM fleetq.submit($1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
-                            $7::text, $8::text::jsonb, $9::bigint[]);
+                            $7::text, $8::text::jsonb, $9::bigint[], $10::text);
 
 -- name: jobs_cancel
 -- $1 job, $2 actor, $3 reason
