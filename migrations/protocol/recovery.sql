@@ -147,6 +147,7 @@ BEGIN
     SELECT * INTO v FROM fleetq.reap_unchecked(p_limit, p_now);
     IF v.leader THEN
         PERFORM fleetq.sample_queues(p_now);
+        PERFORM fleetq.promote_waiting(p_now);
     END IF;
     RETURN QUERY SELECT v.requeued, v.failed, v.leader;
 END;
@@ -205,5 +206,64 @@ BEGIN
         RETURN 0;
     END;
     RETURN v_rows;
+END;
+$function$;
+
+-- Aging, opt-in (settings.aging_promote_after_seconds; NULL, the default, is off and
+-- costs one settings read): a queued job that has waited the set time since its submit is
+-- promoted one class, and again after each further such wait, up to class 0, so a class
+-- under sustained higher-class load is not starved for ever. Run by the reaper's leader;
+-- each lane and class is read oldest first along jobs_queued, rows a claim holds are
+-- skipped, and a failure costs the promotion, never the reaper's pass.
+CREATE OR REPLACE FUNCTION fleetq.promote_waiting(p_now timestamp with time zone DEFAULT NULL)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_after integer := fleetq.setting_int('aging_promote_after_seconds');
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+    v_ids bigint[];
+    v_classes smallint[];
+BEGIN
+    IF v_after IS NULL THEN
+        RETURN 0;
+    END IF;
+    BEGIN
+        WITH due AS (
+            SELECT j.id
+            FROM fleetq.lanes l
+            CROSS JOIN (VALUES (1::smallint), (2::smallint)) AS c(class)
+            CROSS JOIN LATERAL (
+                SELECT q.id, q.promotions, q.created_at
+                FROM fleetq.jobs q
+                WHERE q.state = 'queued' AND q.lane = l.name AND q.priority_class = c.class
+                  AND q.created_at < v_now - make_interval(secs => v_after)
+                ORDER BY q.created_at, q.id
+                LIMIT 1000
+                FOR UPDATE OF q SKIP LOCKED
+            ) j
+            WHERE j.created_at < v_now - make_interval(secs => v_after * (j.promotions + 1))
+        ),
+        moved AS (
+            UPDATE fleetq.jobs j
+            SET priority_class = j.priority_class - 1, promotions = j.promotions + 1,
+                updated_at = clock_timestamp()
+            FROM due WHERE j.id = due.id
+            RETURNING j.id, j.priority_class
+        )
+        SELECT array_agg(id ORDER BY id), array_agg(priority_class ORDER BY id)
+        INTO v_ids, v_classes FROM moved;
+        IF v_ids IS NOT NULL THEN
+            INSERT INTO fleetq.events (kind, job_id, lease_version, actor, detail)
+            SELECT 'promoted', t.id, 0, 'fleetq',
+                   jsonb_build_object('priority_class', t.class, 'waited_s', v_after)
+            FROM unnest(v_ids, v_classes) AS t(id, class);
+            PERFORM pg_notify('fleetq_events', '');
+        END IF;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE WARNING 'fleetq: aging skipped this pass: %', SQLERRM;
+        RETURN 0;
+    END;
+    RETURN coalesce(cardinality(v_ids), 0);
 END;
 $function$;
