@@ -72,6 +72,8 @@ class LaneConfig(_Strict):
     """A lane: its own claim loop in every runner."""
 
     description: str = ""
+    # fleet-wide: how many of its jobs may hold capacity at once (none: no cap)
+    max_running: int | None = Field(None, ge=1, le=1_000_000)
 
 
 class IdentityConfig(_Strict):
@@ -140,6 +142,8 @@ class ProjectConfig(_Strict):
     repository: str = Field(min_length=1)
     release_gate: bool = False
     description: str = ""
+    # fleet-wide, across its lanes: how many of its jobs may hold capacity at once
+    max_running: int | None = Field(None, ge=1, le=1_000_000)
     operations: dict[EntryName, OperationConfig] = {}
 
 
@@ -215,7 +219,7 @@ def apply(conn: SyncConnection, config: FleetConfig, *, source: Path) -> ApplySu
         changed = {
             "settings": _upsert_settings(conn, config.settings),
             "lanes": sum(
-                _write(conn, "config_upsert_lane", [name, lane.description])
+                _write(conn, "config_upsert_lane", [name, lane.description, lane.max_running])
                 for name, lane in config.lanes.items()
             ),
             "identities": sum(
@@ -229,7 +233,13 @@ def apply(conn: SyncConnection, config: FleetConfig, *, source: Path) -> ApplySu
             changed["projects"] += _write(
                 conn,
                 "config_upsert_project",
-                [name, project.repository, project.release_gate, project.description],
+                [
+                    name,
+                    project.repository,
+                    project.release_gate,
+                    project.description,
+                    project.max_running,
+                ],
             )
             for op_name, op in project.operations.items():
                 changed["operations"] += _write(

@@ -68,7 +68,10 @@ def current(conn: SyncConnection) -> FleetConfig:
     settings = SettingsConfig.model_validate(
         {name: value for name, value in rows("configview_settings") if name in known}
     )
-    lanes = {name: LaneConfig(description=d) for name, d in rows("configview_lanes")}
+    lanes = {
+        name: LaneConfig(description=d, max_running=cap)
+        for name, d, cap in rows("configview_lanes")
+    }
     identities = {name: IdentityConfig(role=role) for name, role in rows("configview_identities")}
     projects: dict[str, ProjectConfig] = {}
     operations: dict[str, dict[str, OperationConfig]] = {}
@@ -85,11 +88,12 @@ def current(conn: SyncConnection) -> FleetConfig:
             timeout_seconds=timeout,
             limits=LimitsConfig.model_validate(limits or {}),
         )
-    for name, repository, gate, description in rows("configview_projects"):
+    for name, repository, gate, description, cap in rows("configview_projects"):
         projects[name] = ProjectConfig(
             repository=repository,
             release_gate=gate,
             description=description,
+            max_running=cap,
             operations=operations.get(name, {}),
         )
     return FleetConfig(settings=settings, lanes=lanes, identities=identities, projects=projects)

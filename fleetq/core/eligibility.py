@@ -117,6 +117,7 @@ class Explanation(BaseModel):
 
     job_id: JobId
     runners: list[RunnerVerdict]
+    at_cap: list[str] = []  # fleet-wide caps full now, e.g. "lane checks at its cap (8/8)"
 
     @property
     def eligible(self) -> list[str]:
@@ -138,16 +139,37 @@ class Explanation(BaseModel):
         1 draining, 1 offline" (the counts add up to the total)."""
         total = len(self.runners)
         head = f"{len(self.eligible)}/{total} runners eligible"
+        caps = "".join(f"{cap}: no runner takes it until one ends; " for cap in self.at_cap)
         if not total:
-            return f"{head}: no runner is registered"
+            return f"{caps}{head}: no runner is registered"
         parts = [f"{n} {group}" for group, n in self.counts()]
-        return f"{head}: {', '.join(parts)}" if parts else head
+        return f"{caps}{head}: {', '.join(parts)}" if parts else f"{caps}{head}"
 
 
 async def explain(driver: Driver, job_id: JobId) -> Explanation:
-    """Evaluate the claim's eligibility rule for `job_id` against every runner."""
+    """Evaluate the claim's eligibility rule for `job_id` against every runner, and the
+    fleet-wide caps its lane and project are at."""
     rows = await driver.fetch(queries.sql("eligibility_explain"), [job_id])
-    return Explanation(job_id=job_id, runners=[RunnerVerdict.model_validate(r) for r in rows])
+    found = await driver.fetch(queries.sql("jobs_get"), job_id)
+    full = await _full_caps(driver)
+    at_cap = _at_cap(full, found[0]["lane"], found[0]["project"]) if found else []
+    return Explanation(
+        job_id=job_id, runners=[RunnerVerdict.model_validate(r) for r in rows], at_cap=at_cap
+    )
+
+
+async def _full_caps(driver: Driver) -> dict[tuple[str, str], str]:
+    """(kind, name) -> "lane checks at its cap (8/8)", for each cap that is full now."""
+    return {
+        (str(r["kind"]), str(r["name"])): f"{r['kind']} {r['name']} at its cap "
+        f"({r['running']}/{r['cap']})"
+        for r in await driver.fetch(queries.sql("eligibility_caps"))
+        if int(r["running"]) >= int(r["cap"])
+    }
+
+
+def _at_cap(full: dict[tuple[str, str], str], lane: str, project: str) -> list[str]:
+    return [text for key in (("lane", lane), ("project", project)) if (text := full.get(key))]
 
 
 async def explain_many(driver: Driver, jobs: list[Job]) -> dict[JobId, Explanation]:
@@ -159,8 +181,13 @@ async def explain_many(driver: Driver, jobs: list[Job]) -> dict[JobId, Explanati
     by_shape: dict[tuple[object, ...], list[RunnerVerdict]] = defaultdict(list)
     for row in rows:
         by_shape[_shape(row)].append(RunnerVerdict.model_validate(row))
+    full = await _full_caps(driver)
     return {
-        j.id: Explanation(job_id=j.id, runners=by_shape.get(_shape(j.model_dump()), []))
+        j.id: Explanation(
+            job_id=j.id,
+            runners=by_shape.get(_shape(j.model_dump()), []),
+            at_cap=_at_cap(full, j.lane, j.project),
+        )
         for j in jobs
     }
 

@@ -56,6 +56,11 @@ DECLARE
     v_free_cpu integer;
     v_offline boolean;
     v_lease interval := fleetq.setting_seconds('lease_seconds');
+    v_lane_cap integer;
+    v_lane_room bigint;          -- NULL: the lane has no cap
+    v_cap_projects text[];       -- the capped projects, and the room each has left
+    v_cap_rooms bigint[];
+    v_full_projects text[];      -- capped projects with no room left
 BEGIN
     -- A retried claim (its reply was lost after commit) gets back what it took, instead
     -- of leaving those jobs stranded until their lease expires.
@@ -83,20 +88,55 @@ BEGIN
     v_free_cpu := r.cpu_millis - r.reserved_cpu_millis;
     v_offline := fleetq.runner_is_stale(r.last_heartbeat_at);
 
+    -- Fleet-wide caps (migration 0016). A capped lane's row, and every capped project's,
+    -- is taken (NO KEY UPDATE: submits, whose foreign keys take KEY SHARE, are not
+    -- held up) before counting what holds capacity under it: claims under one cap run
+    -- one at a time, and each new statement sees what the one before committed.
+    SELECT max_running INTO v_lane_cap FROM fleetq.lanes WHERE name = p_lane;
+    IF v_lane_cap IS NOT NULL THEN
+        PERFORM 1 FROM fleetq.lanes WHERE name = p_lane FOR NO KEY UPDATE;
+        SELECT greatest(0, v_lane_cap - count(*)) INTO v_lane_room
+        FROM fleetq.jobs WHERE reserved_on IS NOT NULL AND lane = p_lane;
+    END IF;
+    IF EXISTS (SELECT 1 FROM fleetq.projects WHERE max_running IS NOT NULL) THEN
+        PERFORM 1 FROM fleetq.projects WHERE max_running IS NOT NULL
+        ORDER BY name FOR NO KEY UPDATE;
+        SELECT array_agg(p.name), array_agg(greatest(0, p.max_running - coalesce(c.n, 0)))
+        INTO v_cap_projects, v_cap_rooms
+        FROM fleetq.projects p
+        LEFT JOIN (SELECT j.project, count(*) AS n FROM fleetq.jobs j
+                   WHERE j.reserved_on IS NOT NULL GROUP BY j.project) c
+               ON c.project = p.name
+        WHERE p.max_running IS NOT NULL;
+        SELECT array_agg(t.project) INTO v_full_projects
+        FROM unnest(v_cap_projects, v_cap_rooms) AS t(project, room) WHERE t.room = 0;
+    END IF;
+
     RETURN QUERY
     WITH candidates AS (
         -- Eligible queued jobs in priority order: an index scan on jobs_queued that stops
         -- at the limit. SKIP LOCKED: a row another claimer holds is skipped, not waited
         -- for, so an empty answer does not prove the queue is empty.
-        SELECT j.id, j.memory_mb, j.cpu_millis, j.priority_class, j.created_at
+        SELECT j.id, j.project, j.memory_mb, j.cpu_millis, j.priority_class, j.created_at
         FROM fleetq.jobs j
         WHERE j.state = 'queued' AND j.lane = p_lane
           AND fleetq.eligible(j.capabilities, j.requested_node, j.memory_mb, j.cpu_millis,
                               r.node, r.capabilities, r.state, v_offline, v_free_memory,
                               v_free_cpu, l.slots, l.slots_used)
+          AND j.project <> ALL (coalesce(v_full_projects, '{}'))
         ORDER BY j.priority_class, j.created_at, j.id
-        LIMIT least(p_limit, coalesce(l.slots - l.slots_used, 0))
+        LIMIT least(p_limit, coalesce(l.slots - l.slots_used, 0), coalesce(v_lane_room, p_limit))
         FOR UPDATE SKIP LOCKED
+    ),
+    capped AS (
+        -- Within each capped project's room (a project not capped has none to keep to).
+        SELECT c.*
+        FROM (SELECT c.*, row_number() OVER (PARTITION BY c.project
+                                             ORDER BY c.priority_class, c.created_at, c.id) AS n
+              FROM candidates c) c
+        LEFT JOIN unnest(v_cap_projects, v_cap_rooms) AS cap(project, room)
+               ON cap.project = c.project
+        WHERE cap.room IS NULL OR c.n <= cap.room
     ),
     fitting AS (
         -- Each candidate fits alone; together only a prefix may: keep the prefix whose
@@ -104,7 +144,7 @@ BEGIN
         SELECT c.id,
                sum(c.memory_mb) OVER w AS memory_total,
                sum(c.cpu_millis) OVER w AS cpu_total
-        FROM candidates c
+        FROM capped c
         WINDOW w AS (ORDER BY c.priority_class, c.created_at, c.id)
     ),
     taken AS (

@@ -7,7 +7,6 @@ waiting for ever."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
@@ -19,6 +18,7 @@ from fleetq.core.errors import InvalidInput
 from fleetq.core.models import Claim, JobId, JobState, Outcome, OutcomeReport, RunnerId
 from tests import fleet
 from tests.fleet import SHA
+from tests.locks import blocked_or_done, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -132,22 +132,6 @@ async def test_explain_says_what_a_waiting_job_waits_on(driver: Driver) -> None:
     assert (await eligibility.explain(driver, b)).runners  # the rule still answers as for now
 
 
-def _wait_for(check: Callable[[], bool], what: str, deadline_s: float = 10.0) -> None:
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > deadline_s:
-            raise AssertionError(f"{what} not within {deadline_s}s")
-        time.sleep(0.01)
-
-
-def _blocked_or_done(db_dsn: str, pid: int, thread: threading.Thread) -> bool:
-    with connect(db_dsn, autocommit=True) as probe:
-        row = probe.execute(
-            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", [pid]
-        ).fetchone()
-    return not thread.is_alive() or bool(row and row[0])
-
-
 def _ended(conn: SyncConnection, runner: str, claim: Claim) -> Callable[[], None]:
     """In a thread: complete `claim` on `conn` and commit."""
 
@@ -193,7 +177,7 @@ async def test_two_dependencies_ending_at_once_queue_the_job(driver: Driver, db_
         (pid,) = second.execute("SELECT pg_backend_pid()").fetchone() or ()
         done = threading.Thread(target=_ended(second, other, claim_b))
         done.start()
-        _wait_for(lambda: _blocked_or_done(db_dsn, pid, done), "the second ending to wait")
+        wait_for(lambda: blocked_or_done(db_dsn, pid, done), "the second ending to wait")
         first.commit()
         done.join(timeout=10)
         assert not done.is_alive()
@@ -217,7 +201,7 @@ async def test_a_dependency_ending_during_the_submit_queues_the_job(
         (pid,) = ender.execute("SELECT pg_backend_pid()").fetchone() or ()
         done = threading.Thread(target=_ended(ender, runner, claim))
         done.start()
-        _wait_for(lambda: _blocked_or_done(db_dsn, pid, done), "the ending to wait")
+        wait_for(lambda: blocked_or_done(db_dsn, pid, done), "the ending to wait")
         submitter.commit()
         done.join(timeout=10)
         assert not done.is_alive()

@@ -341,6 +341,8 @@ def _waiting(explanation: Explanation) -> Text:
     """Why a queued job waits, short enough for a column: with an eligible runner it is
     only waiting its turn; with none, the reasons (the full table is in the detail)."""
     total = len(explanation.runners)
+    if explanation.at_cap:
+        return plain(one_line("; ".join(explanation.at_cap), 80), "yellow")
     if explanation.eligible:
         return Text(f"waiting its turn: {len(explanation.eligible)}/{total} runners eligible")
     parts = ", ".join(f"{n} {group}" for group, n in explanation.counts())

@@ -8,10 +8,12 @@ ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, updated_at = clock_time
 WHERE fleetq.settings.value IS DISTINCT FROM EXCLUDED.value;
 
 -- name: config_upsert_lane
--- $1 name, $2 description
-INSERT INTO fleetq.lanes (name, description) VALUES ($1, $2)
-ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description, updated_at = clock_timestamp()
-WHERE fleetq.lanes.description IS DISTINCT FROM EXCLUDED.description;
+-- $1 name, $2 description, $3 max_running (NULL: no fleet-wide cap)
+INSERT INTO fleetq.lanes (name, description, max_running) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET description = EXCLUDED.description,
+    max_running = EXCLUDED.max_running, updated_at = clock_timestamp()
+WHERE (fleetq.lanes.description, fleetq.lanes.max_running)
+    IS DISTINCT FROM (EXCLUDED.description, EXCLUDED.max_running);
 
 -- name: config_upsert_identity
 -- $1 name, $2 role
@@ -20,16 +22,19 @@ ON CONFLICT (name) DO UPDATE SET role = EXCLUDED.role, updated_at = clock_timest
 WHERE fleetq.identities.role IS DISTINCT FROM EXCLUDED.role;
 
 -- name: config_upsert_project
--- $1 name, $2 repository, $3 release_gate, $4 description
-INSERT INTO fleetq.projects (name, repository, release_gate, description)
-VALUES ($1, $2, $3, $4)
+-- $1 name, $2 repository, $3 release_gate, $4 description, $5 max_running (NULL: no cap)
+INSERT INTO fleetq.projects (name, repository, release_gate, description, max_running)
+VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (name) DO UPDATE SET
     repository = EXCLUDED.repository,
     release_gate = EXCLUDED.release_gate,
     description = EXCLUDED.description,
+    max_running = EXCLUDED.max_running,
     updated_at = clock_timestamp()
-WHERE (fleetq.projects.repository, fleetq.projects.release_gate, fleetq.projects.description)
-    IS DISTINCT FROM (EXCLUDED.repository, EXCLUDED.release_gate, EXCLUDED.description);
+WHERE (fleetq.projects.repository, fleetq.projects.release_gate, fleetq.projects.description,
+       fleetq.projects.max_running)
+    IS DISTINCT FROM (EXCLUDED.repository, EXCLUDED.release_gate, EXCLUDED.description,
+                      EXCLUDED.max_running);
 
 -- name: config_upsert_operation
 -- $1 project, $2 name, $3 lane, $4 command, $5 handler, $6 capabilities,
@@ -79,13 +84,14 @@ ORDER BY project, name;
 SELECT name, value FROM fleetq.settings ORDER BY name;
 
 -- name: configview_lanes
-SELECT name, description FROM fleetq.lanes ORDER BY name;
+SELECT name, description, max_running FROM fleetq.lanes ORDER BY name;
 
 -- name: configview_identities
 SELECT name, role FROM fleetq.identities ORDER BY name;
 
 -- name: configview_projects
-SELECT name, repository, release_gate, description FROM fleetq.projects ORDER BY name;
+SELECT name, repository, release_gate, description, max_running FROM fleetq.projects
+ORDER BY name;
 
 -- name: configview_operations
 SELECT project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s,

@@ -35,3 +35,16 @@ CROSS JOIN fleetq.runners r
 LEFT JOIN fleetq.runner_lanes l ON l.runner_id = r.id AND l.lane = s.lane
 WHERE fleetq.runner_listed(r.forgotten_at, r.last_heartbeat_at)
 ORDER BY r.id;
+
+-- name: eligibility_caps
+-- The fleet-wide caps in force, with what holds capacity under each now (read along
+-- jobs_reserved_on: bounded by the fleet's slots), for explain.
+SELECT 'lane' AS kind, l.name, l.max_running AS cap,
+       (SELECT count(*) FROM fleetq.jobs j
+        WHERE j.reserved_on IS NOT NULL AND j.lane = l.name) AS running
+FROM fleetq.lanes l WHERE l.max_running IS NOT NULL
+UNION ALL
+SELECT 'project', p.name, p.max_running,
+       (SELECT count(*) FROM fleetq.jobs j
+        WHERE j.reserved_on IS NOT NULL AND j.project = p.name)
+FROM fleetq.projects p WHERE p.max_running IS NOT NULL;
