@@ -51,7 +51,7 @@ AS $function$
 #variable_conflict use_column
 DECLARE
     r fleetq.runners%ROWTYPE;
-    l fleetq.runner_lanes%ROWTYPE;
+    l record;  -- slots, slots_used, lane_cap, project_caps
     v_free_memory integer;
     v_free_cpu integer;
     v_offline boolean;
@@ -83,7 +83,13 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown runner %', p_runner USING ERRCODE = 'FQ004';
     END IF;
-    SELECT * INTO l FROM fleetq.runner_lanes WHERE runner_id = p_runner AND lane = p_lane;
+    -- the runner's room in the lane, and whether a fleet-wide cap applies (one statement:
+    -- in a claim that finds nothing every statement counts)
+    SELECT rl.slots, rl.slots_used, ln.max_running AS lane_cap,
+           EXISTS (SELECT 1 FROM fleetq.projects p WHERE p.max_running > 0) AS project_caps
+    INTO l
+    FROM fleetq.runner_lanes rl JOIN fleetq.lanes ln ON ln.name = rl.lane
+    WHERE rl.runner_id = p_runner AND rl.lane = p_lane;
     v_free_memory := r.memory_mb - r.reserved_memory_mb;
     v_free_cpu := r.cpu_millis - r.reserved_cpu_millis;
     v_offline := fleetq.runner_is_stale(r.last_heartbeat_at);
@@ -92,13 +98,13 @@ BEGIN
     -- is taken (NO KEY UPDATE: submits, whose foreign keys take KEY SHARE, are not
     -- held up) before counting what holds capacity under it: claims under one cap run
     -- one at a time, and each new statement sees what the one before committed.
-    SELECT max_running INTO v_lane_cap FROM fleetq.lanes WHERE name = p_lane;
+    v_lane_cap := l.lane_cap;
     IF v_lane_cap IS NOT NULL THEN
         PERFORM 1 FROM fleetq.lanes WHERE name = p_lane FOR NO KEY UPDATE;
         SELECT greatest(0, v_lane_cap - count(*)) INTO v_lane_room
         FROM fleetq.jobs WHERE reserved_on IS NOT NULL AND lane = p_lane;
     END IF;
-    IF EXISTS (SELECT 1 FROM fleetq.projects WHERE max_running IS NOT NULL) THEN
+    IF l.project_caps THEN
         PERFORM 1 FROM fleetq.projects WHERE max_running IS NOT NULL
         ORDER BY name FOR NO KEY UPDATE;
         SELECT array_agg(p.name), array_agg(greatest(0, p.max_running - coalesce(c.n, 0)))
