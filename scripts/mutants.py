@@ -48,6 +48,7 @@ TESTS = (
     "tests/integration/test_dependencies.py",
     "tests/integration/test_aging.py",
     "tests/integration/test_caps.py",
+    "tests/integration/test_retries.py",
     "tests/integration/test_submit.py",
     "tests/integration/test_recovery_never_waits.py",
     "tests/integration/test_eligibility.py",

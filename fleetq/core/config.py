@@ -95,6 +95,20 @@ class LimitsConfig(_Strict):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
+class RetryConfig(_Strict):
+    """Application retries of an operation (none by default: a failed check is a verdict)."""
+
+    max_attempts: int = Field(1, ge=1, le=100)  # in all, the first included
+    backoff_seconds: float = Field(10, gt=0, le=86_400)  # before the second attempt
+    backoff_max_seconds: float = Field(600, gt=0, le=7 * 86_400)  # it doubles up to this
+    on: list[Literal["exception", "timeout", "exit"]] = ["exception"]  # failure reasons
+    exit_codes: list[int] = []  # for "exit": only these codes (none listed: any)
+
+    def as_row(self) -> dict[str, object]:
+        """The policy as stored (operations.retry); {} when the operation never retries."""
+        return {} if self.max_attempts == 1 else self.model_dump()
+
+
 class OperationConfig(_Strict):
     """An operation a project allows: a shell command or an in-process handler."""
 
@@ -106,6 +120,7 @@ class OperationConfig(_Strict):
     cpus: float = Field(0, ge=0, le=4096)
     timeout_seconds: int = Field(3600, ge=1, le=7 * 86_400)
     limits: LimitsConfig = LimitsConfig()
+    retry: RetryConfig = RetryConfig()
 
     @field_validator("command")
     @classmethod
@@ -261,6 +276,7 @@ def _op_row(project: str, name: str, op: OperationConfig) -> list[object]:
         op.cpu_millis,
         op.timeout_seconds,
         json.dumps(op.limits.as_row()),
+        json.dumps(op.retry.as_row()),
     ]
 
 

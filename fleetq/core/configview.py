@@ -25,6 +25,7 @@ from fleetq.core.config import (
     LimitsConfig,
     OperationConfig,
     ProjectConfig,
+    RetryConfig,
     SettingsConfig,
 )
 from fleetq.core.db import SyncConnection
@@ -75,7 +76,7 @@ def current(conn: SyncConnection) -> FleetConfig:
     identities = {name: IdentityConfig(role=role) for name, role in rows("configview_identities")}
     projects: dict[str, ProjectConfig] = {}
     operations: dict[str, dict[str, OperationConfig]] = {}
-    for project, name, lane, command, handler, caps, memory, cpu, timeout, limits in rows(
+    for project, name, lane, command, handler, caps, memory, cpu, timeout, limits, retry in rows(
         "configview_operations"
     ):
         operations.setdefault(project, {})[name] = OperationConfig(
@@ -87,6 +88,7 @@ def current(conn: SyncConnection) -> FleetConfig:
             cpus=cpu / 1000,
             timeout_seconds=timeout,
             limits=LimitsConfig.model_validate(limits or {}),
+            retry=RetryConfig.model_validate(retry or {}),
         )
     for name, repository, gate, description, cap in rows("configview_projects"):
         projects[name] = ProjectConfig(
@@ -173,9 +175,11 @@ def to_toml(config: FleetConfig) -> str:
         table(f"projects.{_key(name)}", project.model_dump(exclude={"operations"}))
         for op_name, op in project.operations.items():
             path = f"projects.{_key(name)}.operations.{_key(op_name)}"
-            table(path, op.model_dump(exclude={"limits"}))
+            table(path, op.model_dump(exclude={"limits", "retry"}))
             if limits := op.limits.as_row():
                 table(f"{path}.limits", limits)
+            if retry := op.retry.as_row():
+                table(f"{path}.retry", retry)
     return "\n".join(out)
 
 

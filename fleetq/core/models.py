@@ -196,6 +196,9 @@ class Job(_Row):
     finished_at: datetime | None
     waiting_on: list[JobId] = []  # while waiting: its dependencies not yet succeeded
     traceparent: str | None = None  # W3C trace context given at submit
+    attempts: int = 1  # application attempts (retries counted apart from losses)
+    retry_at: datetime | None = None  # while waiting to be tried again
+    promotions: int = 0  # priority classes gained by aging
 
     @property
     def stop_pending(self) -> bool:

@@ -31,7 +31,7 @@ BEGIN
     UPDATE fleetq.jobs
     SET state = 'cancelled', finished_at = clock_timestamp(), updated_at = clock_timestamp(),
         cancel_requested_at = clock_timestamp(), cancelled_by = p_actor, cancel_reason = p_reason,
-        lease_owner = NULL, lease_expires_at = NULL
+        lease_owner = NULL, lease_expires_at = NULL, retry_at = NULL
     WHERE id = p_job;
     UPDATE fleetq.executions SET stop_requested_at = clock_timestamp()
     WHERE job_id = p_job AND lease_version = j.lease_version AND ended_at IS NULL;

@@ -70,3 +70,83 @@ AS $function$
               WHERE jd.job_id = p_job AND d.state <> 'succeeded' ORDER BY jd.depends_on)
     END
 $function$;
+
+-- Of jobs just failed (`p_done`), those whose operation's retry policy applies wait to
+-- run again (attempts + 1, retry_at after the backoff) instead of ending; returns them.
+-- Policy (operations.retry): max_attempts (in all), backoff_seconds (first delay),
+-- backoff_max_seconds, on (reasons: exception, timeout, exit), exit_codes (for exit:
+-- only these; none listed: any). Delay: min(max, first * 2^(attempt-1)), jittered to
+-- between half and all of it, so a fleet's retries do not arrive together.
+CREATE OR REPLACE FUNCTION fleetq.schedule_retries(p_done bigint[], p_exit_codes integer[])
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_retried bigint[];
+BEGIN
+    WITH due AS (
+        SELECT j.id, j.attempts,
+               least(coalesce((o.retry->>'backoff_max_seconds')::float8, 600),
+                     coalesce((o.retry->>'backoff_seconds')::float8, 10)
+                         * power(2, j.attempts - 1)) * (0.5 + random() * 0.5) AS delay_s
+        FROM fleetq.jobs j
+        JOIN fleetq.operations o ON o.project = j.project AND o.name = j.operation
+        JOIN unnest(p_done, p_exit_codes) AS i(id, exit_code) ON i.id = j.id
+        WHERE j.state = 'failed'
+          AND j.attempts < coalesce((o.retry->>'max_attempts')::integer, 1)
+          AND coalesce(o.retry->'on', '[]'::jsonb) ? j.failure_reason
+          AND (j.failure_reason <> 'exit'
+               OR jsonb_array_length(coalesce(o.retry->'exit_codes', '[]'::jsonb)) = 0
+               OR o.retry->'exit_codes' @> to_jsonb(i.exit_code))
+    ),
+    retried AS (
+        UPDATE fleetq.jobs j
+        SET state = 'waiting', finished_at = NULL, attempts = j.attempts + 1,
+            retry_at = clock_timestamp() + make_interval(secs => due.delay_s),
+            updated_at = clock_timestamp()
+        FROM due WHERE j.id = due.id
+        RETURNING j.id, j.attempts, j.retry_at, j.failure_reason
+    ),
+    logged AS (
+        INSERT INTO fleetq.events (kind, job_id, lease_version, actor, detail)
+        SELECT 'retrying', r.id, 0, 'fleetq',
+               jsonb_build_object('attempt', r.attempts, 'retry_at', r.retry_at,
+                                  'after', r.failure_reason)
+        FROM retried r
+    )
+    SELECT array_agg(id) INTO v_retried FROM retried;
+    RETURN coalesce(v_retried, '{}');
+END;
+$function$;
+
+-- The reaper's leader queues the retries that are due (their dependencies, if any,
+-- had all succeeded before the first attempt ran).
+CREATE OR REPLACE FUNCTION fleetq.queue_due_retries(p_now timestamptz DEFAULT NULL)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_ids bigint[];
+    v_lanes text[];
+BEGIN
+    WITH due AS (
+        SELECT j.id FROM fleetq.jobs j
+        WHERE j.state = 'waiting' AND j.retry_at <= coalesce(p_now, clock_timestamp())
+        ORDER BY j.retry_at LIMIT 1000
+        FOR UPDATE SKIP LOCKED
+    ),
+    queued AS (
+        UPDATE fleetq.jobs j SET state = 'queued', retry_at = NULL, updated_at = clock_timestamp()
+        FROM due WHERE j.id = due.id
+        RETURNING j.id, j.lane
+    )
+    SELECT array_agg(id ORDER BY id), array_agg(DISTINCT lane) INTO v_ids, v_lanes FROM queued;
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM fleetq.log_events('ready', v_ids, NULL, array_fill(0::bigint, ARRAY[cardinality(v_ids)]),
+                              'fleetq', '{"reason": "retry due"}');
+    PERFORM pg_notify('fleetq_work', lane) FROM unnest(v_lanes) AS lane;
+    RETURN cardinality(v_ids);
+END;
+$function$;

@@ -271,6 +271,7 @@ DECLARE
     v_tails text[];
     v_prepare integer[];
     v_run integer[];
+    v_retried bigint[];
 BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o WHERE o NOT IN ('succeeded', 'failed', 'refused')) THEN
         RAISE EXCEPTION 'an outcome is succeeded, failed or refused' USING ERRCODE = 'FQ003';
@@ -316,15 +317,20 @@ BEGIN
         FROM unnest(p_jobs, p_versions, p_exit_codes, p_run_ms, p_ended_ago_ms)
              AS i(id, version, exit_code, run_ms, ago)
         WHERE e.job_id = i.id AND e.lease_version = i.version AND i.id = ANY (v_done);
+        -- an attempt its operation retries waits for the next one instead of ending
+        v_retried := fleetq.schedule_retries(v_done, ARRAY(
+            SELECT i.c FROM unnest(p_jobs, p_exit_codes) AS i(id, c) WHERE i.id = ANY (v_done)
+            ORDER BY array_position(v_done, i.id)));
         SELECT array_agg(i.id ORDER BY i.n), array_agg(i.c ORDER BY i.n),
                array_agg(i.t ORDER BY i.n), array_agg(i.p ORDER BY i.n), array_agg(i.r ORDER BY i.n)
         INTO v_ids, v_codes, v_tails, v_prepare, v_run
         FROM unnest(p_jobs, p_exit_codes, p_log_tails, p_prepare_ms, p_run_ms)
              WITH ORDINALITY AS i(id, c, t, p, r, n)
-        WHERE i.id = ANY (v_done);
+        WHERE i.id = ANY (v_done) AND i.id <> ALL (v_retried);
         PERFORM fleetq.record_outcomes(v_ids, v_codes, v_tails, v_prepare, v_run);
         INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version, detail)
-        SELECT j.state, j.id, p_runner, j.lease_version,
+        SELECT CASE WHEN j.id = ANY (v_retried) THEN 'failed_attempt' ELSE j.state END,
+               j.id, p_runner, j.lease_version,
                jsonb_build_object('exit_code', i.exit_code, 'reason', j.failure_reason)
         FROM fleetq.jobs j
         JOIN unnest(p_jobs, p_exit_codes) AS i(id, exit_code) ON i.id = j.id

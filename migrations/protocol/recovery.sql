@@ -148,6 +148,7 @@ BEGIN
     IF v.leader THEN
         PERFORM fleetq.sample_queues(p_now);
         PERFORM fleetq.promote_waiting(p_now);
+        PERFORM fleetq.queue_due_retries(p_now);
     END IF;
     RETURN QUERY SELECT v.requeued, v.failed, v.leader;
 END;

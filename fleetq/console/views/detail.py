@@ -110,9 +110,12 @@ class DetailView(VerticalScroll):
         head.append("\nsubmitted by ")
         head.append(plain(job.submitted_by))
         head.append(
-            f" {age(job.created_at, now)} ago, priority class {job.priority_class}; "
-            f"lost {job.lost_count}, reassigned {job.reassign_count}"
+            f" {age(job.created_at, now)} ago, priority class {job.priority_class}"
+            + (f" (aged {job.promotions})" if job.promotions else "")
+            + f"; attempt {job.attempts}, lost {job.lost_count}, reassigned {job.reassign_count}"
         )
+        if job.retry_at is not None:
+            head.append(f"; tried again at {job.retry_at:%H:%M:%S}", style="yellow")
         if job.idempotency_key:
             head.append("; key ")
             head.append(plain(job.idempotency_key))

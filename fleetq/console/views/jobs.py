@@ -225,6 +225,12 @@ class JobsView(Vertical):
         why: Cell = ""
         if (explanation := page.waiting.get(job.id)) is not None:
             why = _waiting(explanation)
+        elif job.retry_at is not None:
+            why = Text(
+                f"attempt {job.attempts} at {job.retry_at:%H:%M:%S}, after "
+                f"{job.failure_reason or 'a failure'}",
+                style="yellow",
+            )
         elif job.waiting_on:
             why = Text("waiting on " + ", ".join(map(str, job.waiting_on)), style="yellow")
         elif job.cancel_reason and job.state == JobState.CANCELLED:

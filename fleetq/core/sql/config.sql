@@ -38,11 +38,12 @@ WHERE (fleetq.projects.repository, fleetq.projects.release_gate, fleetq.projects
 
 -- name: config_upsert_operation
 -- $1 project, $2 name, $3 lane, $4 command, $5 handler, $6 capabilities,
--- $7 memory_mb, $8 cpu_millis, $9 timeout_s, $10 limits (JSON text)
+-- $7 memory_mb, $8 cpu_millis, $9 timeout_s, $10 limits (JSON text), $11 retry policy
+-- (JSON text; {} never retries)
 INSERT INTO fleetq.operations
     (project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s,
-     limits)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::text::jsonb)
+     limits, retry)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::text::jsonb, $11::text::jsonb)
 ON CONFLICT (project, name) DO UPDATE SET
     lane = EXCLUDED.lane,
     command = EXCLUDED.command,
@@ -52,15 +53,18 @@ ON CONFLICT (project, name) DO UPDATE SET
     cpu_millis = EXCLUDED.cpu_millis,
     timeout_s = EXCLUDED.timeout_s,
     limits = EXCLUDED.limits,
+    retry = EXCLUDED.retry,
     retired_at = NULL,  -- applying a removed operation brings it back
     retired_by = NULL,
     updated_at = clock_timestamp()
 WHERE fleetq.operations.retired_at IS NOT NULL OR (fleetq.operations.lane, fleetq.operations.command, fleetq.operations.handler,
        fleetq.operations.capabilities, fleetq.operations.memory_mb,
-       fleetq.operations.cpu_millis, fleetq.operations.timeout_s, fleetq.operations.limits)
+       fleetq.operations.cpu_millis, fleetq.operations.timeout_s, fleetq.operations.limits,
+       fleetq.operations.retry)
     IS DISTINCT FROM
       (EXCLUDED.lane, EXCLUDED.command, EXCLUDED.handler, EXCLUDED.capabilities,
-       EXCLUDED.memory_mb, EXCLUDED.cpu_millis, EXCLUDED.timeout_s, EXCLUDED.limits);
+       EXCLUDED.memory_mb, EXCLUDED.cpu_millis, EXCLUDED.timeout_s, EXCLUDED.limits,
+       EXCLUDED.retry);
 
 -- name: config_lane_names
 -- The lanes already registered, so a file may name lanes it does not declare.
@@ -95,7 +99,7 @@ ORDER BY name;
 
 -- name: configview_operations
 SELECT project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s,
-       limits
+       limits, retry
 FROM fleetq.operations
 WHERE retired_at IS NULL
 ORDER BY project, name;
