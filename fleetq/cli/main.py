@@ -11,7 +11,19 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from fleetq import __version__
-from fleetq.cli import bench, demo, exits, jobs, logs, roles, runners, schema, server, stats
+from fleetq.cli import (
+    bench,
+    demo,
+    exits,
+    jobs,
+    logs,
+    roles,
+    runners,
+    schedules,
+    schema,
+    server,
+    stats,
+)
 from fleetq.core.errors import FleetqError
 from fleetq.core.text import escape
 
@@ -70,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
     )
-    for module in (demo, server, schema, jobs, logs, runners, stats, bench, roles):
+    for module in (demo, server, schema, jobs, logs, runners, schedules, stats, bench, roles):
         module.register(commands)
     return parser
 

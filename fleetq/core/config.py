@@ -9,11 +9,15 @@ file changes nothing. Errors name the file, the entry and the field
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal, Self
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cronsim import CronSim, CronSimError
 from psycopg.types.json import Jsonb
 from pydantic import (
     BaseModel,
@@ -162,6 +166,52 @@ class ProjectConfig(_Strict):
     operations: dict[EntryName, OperationConfig] = {}
 
 
+class ScheduleConfig(_Strict):
+    """A job fired on a cron expression by the reaper's leader (fleetq/core/schedules.py)."""
+
+    cron: str = Field(min_length=1)  # five fields: minute hour day month weekday
+    timezone: str = "UTC"  # an IANA zone; ticks follow its daylight-saving changes
+    project: EntryName
+    operation: EntryName
+    commit: str | None = None  # a fixed 40-hex commit, or:
+    branch: str | None = Field(None, min_length=1)  # its head, resolved at each tick
+    payload: dict[str, object] = {}
+    catch_up: Literal["none", "last", "all"] = "last"  # ticks missed while no leader ran
+
+    @field_validator("cron")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        try:
+            CronSim(value, datetime.now(UTC))
+        except CronSimError as exc:
+            raise ValueError(f"not a cron expression ({exc})") from None
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r} (an IANA name, e.g. Europe/Berlin)"
+            ) from None
+        return value
+
+    @field_validator("commit")
+    @classmethod
+    def _sha(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-f]{40}", value):
+            raise ValueError("a full 40-character lower-case hex SHA (or give `branch`)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_commit(self) -> Self:
+        if (self.commit is None) == (self.branch is None):
+            raise ValueError("give exactly one of `commit` or `branch`")
+        return self
+
+
 class FleetConfig(_Strict):
     """A whole configuration file."""
 
@@ -169,6 +219,7 @@ class FleetConfig(_Strict):
     lanes: dict[LaneName, LaneConfig] = {}
     identities: dict[IdentityName, IdentityConfig] = {}
     projects: dict[EntryName, ProjectConfig] = {}
+    schedules: dict[LaneName, ScheduleConfig] = {}
 
 
 class ApplySummary(BaseModel):
@@ -260,6 +311,24 @@ def apply(conn: SyncConnection, config: FleetConfig, *, source: Path) -> ApplySu
                 changed["operations"] += _write(
                     conn, "config_upsert_operation", _op_row(name, op_name, op)
                 )
+        changed["schedules"] = sum(
+            _write(
+                conn,
+                "config_upsert_schedule",
+                [
+                    name,
+                    s.cron,
+                    s.timezone,
+                    s.project,
+                    s.operation,
+                    s.commit,
+                    s.branch,
+                    json.dumps(s.payload),
+                    s.catch_up,
+                ],
+            )
+            for name, s in config.schedules.items()
+        )
         totals = {str(k): int(n) for k, n in conn.execute(queries.sql("config_summary"))}
     return ApplySummary(changed=changed, totals=totals)
 

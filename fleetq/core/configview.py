@@ -26,6 +26,7 @@ from fleetq.core.config import (
     OperationConfig,
     ProjectConfig,
     RetryConfig,
+    ScheduleConfig,
     SettingsConfig,
 )
 from fleetq.core.db import SyncConnection
@@ -98,7 +99,28 @@ def current(conn: SyncConnection) -> FleetConfig:
             max_running=cap,
             operations=operations.get(name, {}),
         )
-    return FleetConfig(settings=settings, lanes=lanes, identities=identities, projects=projects)
+    schedules = {
+        name: ScheduleConfig(
+            cron=cron,
+            timezone=zone,
+            project=project,
+            operation=operation,
+            commit=commit,
+            branch=branch,
+            payload=payload or {},
+            catch_up=catch_up,
+        )
+        for name, cron, zone, project, operation, commit, branch, payload, catch_up in rows(
+            "configview_schedules"
+        )
+    }
+    return FleetConfig(
+        settings=settings,
+        lanes=lanes,
+        identities=identities,
+        projects=projects,
+        schedules=schedules,
+    )
 
 
 def diff(now: FleetConfig, wanted: FleetConfig) -> list[Change]:
@@ -180,6 +202,10 @@ def to_toml(config: FleetConfig) -> str:
                 table(f"{path}.limits", limits)
             if retry := op.retry.as_row():
                 table(f"{path}.retry", retry)
+    for name, schedule in config.schedules.items():
+        table(f"schedules.{_key(name)}", schedule.model_dump(exclude={"payload"}))
+        if schedule.payload:
+            table(f"schedules.{_key(name)}.payload", dict(schedule.payload))
     return "\n".join(out)
 
 

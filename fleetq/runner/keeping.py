@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from fleetq.core import fleet, leasing, queries
+from fleetq.core import fleet, leasing, queries, schedules
 from fleetq.core.errors import StaleLease
 from fleetq.core.models import FencingToken, JobId, RunnerState, WriteStatus
 from fleetq.runner import metrics
@@ -210,6 +210,15 @@ class LeaseKeeping(RunnerBase):
             log.info(
                 "reaped expired leases: %d requeued, %d failed", result.requeued, result.failed
             )
+        if result.leader:
+            # the leader also fires the schedules' due ticks; each tick once, whoever leads
+            for fired in await schedules.fire_due(self.driver):
+                log.info(
+                    "schedule %s fired job %d for its tick %s",
+                    fired.schedule,
+                    fired.job_id,
+                    fired.tick.isoformat(),
+                )
 
     async def _follow_state(self) -> None:
         rows = await self.driver.fetch(queries.sql("runners_get_state"), self.runner)

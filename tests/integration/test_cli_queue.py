@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +153,28 @@ def test_submit_carries_a_trace_from_the_flag_or_the_environment(
     code, out, _ = cli("jobs", "--json")
     traces = {j["id"]: j["traceparent"] for j in json.loads(out)}
     assert traces[1] == trace and traces[2] is not None and traces[3] is None
+
+
+def test_schedules_are_listed_paused_with_a_reason_and_resumed(
+    cli: Invoke, sync_conn: SyncConnection, tmp_path: Path
+) -> None:
+    path = tmp_path / "fleet.toml"
+    path.write_text(
+        '[schedules.nightly]\ncron = "0 3 * * *"\ntimezone = "Europe/Berlin"\n'
+        f'project = "tools"\noperation = "lint"\ncommit = "{SHA}"\n'
+    )
+    code, _, err = cli("apply", str(path))
+    assert code == 0, err
+    code, out, _ = cli("schedules")
+    assert code == 0 and "nightly" in out and "0 3 * * * (Europe/Berlin)" in out
+    code, _, err = cli("schedules", "pause", "nightly", "--reason", "")
+    assert code == 64 and "takes a reason" in err
+    code, out, _ = cli("schedules", "pause", "nightly", "--reason", "repo moving")
+    assert (code, out.strip()) == (0, "schedule nightly paused")
+    code, out, _ = cli("schedules", "--json")
+    (listed,) = json.loads(out)
+    assert (listed["paused_reason"], listed["next_tick"]) == ("repo moving", None)
+    code, out, _ = cli("schedules", "resume", "nightly")
+    assert (code, out.strip()) == (0, "schedule nightly resumed")
+    code, _, err = cli("schedules", "pause", "nope", "--reason", "x")
+    assert code != 0 and "no schedule nope" in err

@@ -42,7 +42,13 @@ def _counts(conn: SyncConnection) -> dict[str, int]:
 
 def test_example_applies_and_reapplying_changes_nothing(tx: SyncConnection) -> None:
     first = config.apply(tx, config.load(EXAMPLE), source=EXAMPLE)
-    assert first.totals == {"lanes": 2, "projects": 2, "operations": 4, "identities": 2}
+    assert first.totals == {
+        "lanes": 2,
+        "projects": 2,
+        "operations": 4,
+        "identities": 2,
+        "schedules": 0,
+    }
     assert first.changed["settings"] == 0  # the example restates the defaults
     again = config.apply(tx, config.load(EXAMPLE), source=EXAMPLE)
     assert set(again.changed.values()) == {0}

@@ -75,7 +75,8 @@ SELECT name FROM fleetq.lanes ORDER BY name;
 SELECT 'lanes' AS kind, count(*) AS n FROM fleetq.lanes
 UNION ALL SELECT 'projects', count(*) FROM fleetq.projects
 UNION ALL SELECT 'operations', count(*) FROM fleetq.operations WHERE retired_at IS NULL
-UNION ALL SELECT 'identities', count(*) FROM fleetq.identities;
+UNION ALL SELECT 'identities', count(*) FROM fleetq.identities
+UNION ALL SELECT 'schedules', count(*) FROM fleetq.schedules;
 
 -- name: config_operations
 -- Every operation in force with its requirements, for listings.
@@ -108,3 +109,26 @@ ORDER BY project, name;
 -- Retire an operation (refused while it has live jobs); its jobs and results stay.
 -- $1 project, $2 operation, $3 actor
 SELECT * FROM fleetq.retire_operation($1::text, $2::text, $3::text);
+
+-- name: config_upsert_schedule
+-- $1 name, $2 cron, $3 timezone, $4 project, $5 operation, $6 commit, $7 branch,
+-- $8 payload (JSON text), $9 catch_up. A new schedule starts from now (last_tick's
+-- default): applying a file never fires the past.
+INSERT INTO fleetq.schedules
+    (name, cron, timezone, project, operation, commit_sha, branch, payload, catch_up)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9)
+ON CONFLICT (name) DO UPDATE SET
+    cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, project = EXCLUDED.project,
+    operation = EXCLUDED.operation, commit_sha = EXCLUDED.commit_sha,
+    branch = EXCLUDED.branch, payload = EXCLUDED.payload, catch_up = EXCLUDED.catch_up,
+    updated_at = clock_timestamp()
+WHERE (fleetq.schedules.cron, fleetq.schedules.timezone, fleetq.schedules.project,
+       fleetq.schedules.operation, fleetq.schedules.commit_sha, fleetq.schedules.branch,
+       fleetq.schedules.payload, fleetq.schedules.catch_up)
+    IS DISTINCT FROM
+      (EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.project, EXCLUDED.operation,
+       EXCLUDED.commit_sha, EXCLUDED.branch, EXCLUDED.payload, EXCLUDED.catch_up);
+
+-- name: configview_schedules
+SELECT name, cron, timezone, project, operation, commit_sha, branch, payload, catch_up
+FROM fleetq.schedules ORDER BY name;

@@ -1,0 +1,28 @@
+-- Schedules: what the reaper's leader settles, and what `fleetq schedules` shows.
+
+-- name: schedules_in_force
+-- Schedules not paused, with their project's repository (through the runner's function).
+SELECT * FROM fleetq.runner_schedules();
+
+-- name: schedules_fire
+-- Fire one tick: the tick's row and the job's submit in one transaction (once per tick).
+-- $1 schedule, $2 tick, $3 commit
+SELECT * FROM fleetq.fire_schedule($1::text, $2::timestamptz, $3::text);
+
+-- name: schedules_skip
+-- Settle the ticks through $2 without firing them (the catch-up rule). $1 schedule
+SELECT fleetq.skip_schedule($1::text, $2::timestamptz);
+
+-- name: schedules_list
+-- Every schedule with its newest fired tick and that tick's job.
+SELECT s.name, s.cron, s.timezone, s.project, s.operation, s.commit_sha, s.branch,
+       s.catch_up, s.last_tick, s.paused_at, s.paused_by, s.paused_reason,
+       t.tick AS last_fired, t.job_id AS last_job
+FROM fleetq.schedules s
+LEFT JOIN LATERAL (SELECT tick, job_id FROM fleetq.schedule_ticks
+                   WHERE schedule = s.name ORDER BY tick DESC LIMIT 1) t ON true
+ORDER BY s.name;
+
+-- name: schedules_pause
+-- $1 schedule, $2 paused (false: resume), $3 reason, $4 actor
+SELECT fleetq.pause_schedule($1::text, $2::boolean, $3::text, $4::text) AS paused;

@@ -1,0 +1,120 @@
+-- Protocol: schedules. The reaper's leader (a runner) computes a schedule's due ticks
+-- in Python (cronsim, in the schedule's time zone) and settles each here: fired (the
+-- tick's row and the job's submit in one transaction, so a tick fires once whoever
+-- leads) or skipped by the catch-up rule. Operators pause and resume, with a reason.
+--
+-- Applied by `fleetq migrate` whenever this file changes (CREATE OR REPLACE; every
+-- changed protocol file in one transaction). Change a function here; tables, dropped
+-- functions and new signatures go in a numbered migration.
+
+CREATE OR REPLACE FUNCTION fleetq.fire_schedule(p_name text, p_tick timestamptz, p_commit text)
+ RETURNS TABLE(job_id bigint, fired boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    c record;
+    s fleetq.schedules%ROWTYPE;
+    v_job bigint;
+BEGIN
+    SELECT * INTO c FROM fleetq.require(ARRAY['runner']);
+    SELECT * INTO s FROM fleetq.schedules WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND OR s.paused_at IS NOT NULL OR p_tick <= s.last_tick THEN
+        RETURN QUERY SELECT NULL::bigint, false;  -- gone, paused, or settled already
+        RETURN;
+    END IF;
+    INSERT INTO fleetq.schedule_ticks (schedule, tick) VALUES (p_name, p_tick)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT NULL::bigint, false;
+        RETURN;
+    END IF;
+    SELECT r.job_id INTO v_job FROM fleetq.submit_unchecked(
+        s.project, s.operation, p_commit, NULL,
+        format('schedule:%s:%s', s.name, to_char(p_tick AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
+        NULL, 'schedule:' || s.name, s.payload) AS r;
+    UPDATE fleetq.schedule_ticks SET job_id = v_job WHERE schedule = p_name AND tick = p_tick;
+    UPDATE fleetq.schedules SET last_tick = p_tick, updated_at = clock_timestamp()
+    WHERE name = p_name;
+    RETURN QUERY SELECT v_job, true;
+END;
+$function$;
+
+-- Ticks up to `p_tick` that the catch-up rule leaves unfired (missed while no leader ran).
+CREATE OR REPLACE FUNCTION fleetq.skip_schedule(p_name text, p_tick timestamptz)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    c record;
+BEGIN
+    SELECT * INTO c FROM fleetq.require(ARRAY['runner']);
+    UPDATE fleetq.schedules SET last_tick = p_tick, updated_at = clock_timestamp()
+    WHERE name = p_name AND last_tick < p_tick;
+    IF FOUND THEN
+        PERFORM fleetq.log_events('schedule_skipped', NULL, NULL, NULL, 'fleetq',
+                                  jsonb_build_object('schedule', p_name, 'through', p_tick));
+    END IF;
+END;
+$function$;
+
+-- Pause (a reason is required) or resume a schedule; an operator's action. A resumed
+-- schedule goes on from now: the ticks of its pause are not fired.
+CREATE OR REPLACE FUNCTION fleetq.pause_schedule(p_name text, p_paused boolean, p_reason text, p_actor text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    c record;
+    v_actor text;
+BEGIN
+    SELECT * INTO c FROM fleetq.require(ARRAY['operator']);
+    v_actor := CASE WHEN c.kind = 'admin' THEN p_actor ELSE c.subject END;
+    IF p_paused AND coalesce(btrim(p_reason), '') = '' THEN
+        RAISE EXCEPTION 'pausing a schedule takes a reason' USING ERRCODE = 'FQ003';
+    END IF;
+    UPDATE fleetq.schedules
+    SET paused_at = CASE WHEN p_paused THEN coalesce(paused_at, clock_timestamp()) END,
+        paused_by = CASE WHEN p_paused THEN v_actor END,
+        paused_reason = CASE WHEN p_paused THEN p_reason END,
+        last_tick = CASE WHEN NOT p_paused AND paused_at IS NOT NULL
+                         THEN greatest(last_tick, clock_timestamp()) ELSE last_tick END,
+        updated_at = clock_timestamp()
+    WHERE name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no schedule %', p_name USING ERRCODE = 'FQ004';
+    END IF;
+    PERFORM fleetq.log_events(CASE WHEN p_paused THEN 'schedule_paused' ELSE 'schedule_resumed' END,
+                              NULL, NULL, NULL, v_actor,
+                              jsonb_build_object('schedule', p_name, 'reason', p_reason));
+    RETURN p_paused;
+END;
+$function$;
+
+-- What the reaper's leader needs to settle the schedules in force (a runner login reads
+-- no table directly): each with its project's repository, for a branch to resolve.
+CREATE OR REPLACE FUNCTION fleetq.runner_schedules()
+ RETURNS TABLE(name text, cron text, timezone text, commit_sha text, branch text,
+               repository text, catch_up text, last_tick timestamptz)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    c record;
+BEGIN
+    SELECT * INTO c FROM fleetq.require(ARRAY['runner']);
+    RETURN QUERY
+    SELECT s.name, s.cron, s.timezone, s.commit_sha, s.branch, p.repository, s.catch_up,
+           s.last_tick
+    FROM fleetq.schedules s JOIN fleetq.projects p ON p.name = s.project
+    WHERE s.paused_at IS NULL
+    ORDER BY s.name;
+END;
+$function$;
