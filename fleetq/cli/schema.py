@@ -8,9 +8,9 @@ from pathlib import Path
 
 from fleetq.cli.common import actor, add_actor, run
 from fleetq.cli.output import emit_json, table
-from fleetq.core import config, configview, migrate, removal
+from fleetq.core import config, configview, migrate, removal, schedules
 from fleetq.core.db import connect, resolve_dsn, wrap_errors
-from fleetq.core.errors import InvalidInput
+from fleetq.core.errors import InvalidInput, NotFound
 from fleetq.core.text import escape
 
 
@@ -59,13 +59,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     d.set_defaults(func=_config_diff)
     r = verbs.add_parser(
         "remove",
-        help="remove an operation (refused while it has live jobs); its history stays",
+        help="remove an operation (refused while it has live jobs) or a schedule; their "
+        "history stays",
         description="Remove operation PROJECT/OPERATION: submits are refused from then on; "
         "its jobs and results stay. Refused (exit status 75) while it has queued, claimed or "
-        "running jobs. `fleetq apply` with the operation in the file brings it back.",
+        "running jobs. `fleetq apply` with the operation in the file brings it back. Remove "
+        "schedule NAME: it fires no more; the jobs it fired stay.",
     )
-    r.add_argument("what", choices=["operation"], help="what to remove")
-    r.add_argument("name", metavar="PROJECT/OPERATION")
+    r.add_argument("what", choices=["operation", "schedule"], help="what to remove")
+    r.add_argument("name", metavar="PROJECT/OPERATION|NAME")
     add_actor(r)
     r.set_defaults(func=_config_remove)
 
@@ -143,6 +145,11 @@ def _config_diff(args: argparse.Namespace) -> int:
 
 
 def _config_remove(args: argparse.Namespace) -> int:
+    if args.what == "schedule":
+        if not run(args, lambda d: schedules.remove(d, name=args.name, actor=actor(args))):
+            raise NotFound(f"no schedule {escape(args.name)}")
+        print(f"schedule {escape(args.name)} removed; the jobs it fired stay")
+        return 0
     project, slash, operation = args.name.partition("/")
     if not (project and slash and operation):
         raise InvalidInput(f"expected PROJECT/OPERATION, got {escape(args.name)}")

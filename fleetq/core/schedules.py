@@ -187,3 +187,9 @@ async def listed(driver: Driver) -> list[Listed]:
 async def pause(driver: Driver, *, name: str, paused: bool, reason: str, actor: str) -> None:
     """Pause (a reason is required) or resume a schedule."""
     await driver.fetch(queries.sql("schedules_pause"), name, paused, reason, actor)
+
+
+async def remove(driver: Driver, *, name: str, actor: str) -> bool:
+    """Remove a schedule (the jobs it fired stay); False when there was none."""
+    (row,) = await driver.fetch(queries.sql("schedules_remove"), name, actor)
+    return bool(row["removed"])

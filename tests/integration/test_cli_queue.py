@@ -178,3 +178,7 @@ def test_schedules_are_listed_paused_with_a_reason_and_resumed(
     assert (code, out.strip()) == (0, "schedule nightly resumed")
     code, _, err = cli("schedules", "pause", "nope", "--reason", "x")
     assert code != 0 and "no schedule nope" in err
+    code, out, _ = cli("config", "remove", "schedule", "nightly")
+    assert (code, out.strip()) == (0, "schedule nightly removed; the jobs it fired stay")
+    code, _, err = cli("config", "remove", "schedule", "nightly")
+    assert code != 0 and "no schedule nightly" in err

@@ -26,3 +26,13 @@ ORDER BY s.name;
 -- name: schedules_pause
 -- $1 schedule, $2 paused (false: resume), $3 reason, $4 actor
 SELECT fleetq.pause_schedule($1::text, $2::boolean, $3::text, $4::text) AS paused;
+
+-- name: schedules_remove
+-- Remove a schedule (its tick rows go with it; the jobs it fired stay). The fleet's
+-- configuration is its owner's, as `fleetq apply` is. $1 schedule, $2 actor
+WITH gone AS (DELETE FROM fleetq.schedules WHERE name = $1::text RETURNING name),
+logged AS (
+    INSERT INTO fleetq.events (kind, actor, detail)
+    SELECT 'schedule_removed', $2::text, jsonb_build_object('schedule', name) FROM gone
+)
+SELECT count(*) AS removed FROM gone;
