@@ -24,7 +24,7 @@ from fleetq.core.db import as_uri
 
 DEFAULT_TIMEOUT_S = 30.0
 
-# SQLSTATEs raised by the functions in migrations/0002_queue_protocol.sql.
+# SQLSTATEs raised by the protocol functions (migrations/protocol/).
 _FLEETQ_STATES: dict[str, type[errors.FleetqError]] = {
     "FQ001": errors.IdempotencyConflict,
     "FQ002": errors.NotAllowed,
