@@ -71,6 +71,14 @@ class Mutant(BaseModel):
     replace: str
     why: str
     count: int = 1
+    first: str | None = None  # the test file likely to catch it, run before the others
+
+    def tests(self) -> tuple[str, ...]:
+        """The protocol tests, its `first` file leading (with -x, a caught mutant costs
+        only the tests run before the failure)."""
+        if self.first is None:
+            return TESTS
+        return (self.first, *(t for t in TESTS if t != self.first))
 
     def apply(self, protocol: Path) -> None:
         """Patch the file under `protocol`; refuse when `find` no longer matches as listed."""
@@ -196,7 +204,7 @@ def main() -> int:
                 return 1
 
         def judged(m: Mutant) -> Verdict:
-            verdict = run(m, dsn, TESTS)
+            verdict = run(m, dsn, m.tests())
             mark = "caught  " if verdict.caught else "SURVIVED"
             print(f"{mark} {m.name:40} {verdict.seconds:5.1f}s  {verdict.by}", flush=True)
             return verdict
