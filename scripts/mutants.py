@@ -35,9 +35,7 @@ from pydantic import BaseModel, ConfigDict
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fleetq.core.db import with_database  # noqa: E402
-from fleetq.core.embedded import EmbeddedServer  # noqa: E402
-from tests.conftest import FAST, make_home  # noqa: E402
+from tests.conftest import embedded_server  # noqa: E402
 
 LIST = ROOT / "scripts" / "mutants.toml"
 # The protocol tests, quickest first (with -x a caught mutant costs only the tests run
@@ -115,15 +113,8 @@ def server(dsn: str | None) -> Iterator[str]:
     if dsn:
         yield dsn
         return
-    home = make_home()
-    embedded = EmbeddedServer(home, settings=FAST)
-    try:
-        status = embedded.ensure_running()
-        assert status.dsn is not None
-        yield with_database(status.dsn, "postgres")
-    finally:
-        embedded.stop()
-        shutil.rmtree(home, ignore_errors=True)
+    with embedded_server() as started:
+        yield started
 
 
 def run(mutant: Mutant | None, dsn: str, tests: tuple[str, ...]) -> Verdict:

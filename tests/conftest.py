@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -44,6 +45,21 @@ def make_home() -> Path:
     return home
 
 
+@contextlib.contextmanager
+def embedded_server() -> Iterator[str]:
+    """An embedded PostgreSQL in a fresh home, for as long as the block runs: the DSN of
+    its maintenance database (the test session's server; scripts/mutants.py's too)."""
+    home = make_home()
+    server = EmbeddedServer(home, settings=FAST)
+    try:
+        status = server.ensure_running()
+        assert status.dsn is not None
+        yield with_database(status.dsn, "postgres")
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def server_dsn() -> Iterator[str]:
     """A DSN for the test server's maintenance database."""
@@ -54,15 +70,8 @@ def server_dsn() -> Iterator[str]:
             pytest.fail(f"FLEETQ_TEST_DSN does not answer: {exc}", pytrace=False)
         yield dsn
         return
-    home = make_home()
-    server = EmbeddedServer(home, settings=FAST)
-    try:
-        status = server.ensure_running()
-        assert status.dsn is not None
-        yield with_database(status.dsn, "postgres")
-    finally:
-        server.stop()
-        shutil.rmtree(home, ignore_errors=True)
+    with embedded_server() as dsn:
+        yield dsn
 
 
 def _admin(server_dsn: str, statement: bytes) -> None:

@@ -56,7 +56,6 @@ DECLARE
     v_free_cpu integer;
     v_offline boolean;
     v_lease interval := fleetq.setting_seconds('lease_seconds');
-    v_lane_cap integer;
     v_lane_room bigint;          -- NULL: the lane has no cap
     v_cap_projects text[];       -- the capped projects, and the room each has left
     v_cap_rooms bigint[];
@@ -98,10 +97,9 @@ BEGIN
     -- is taken (NO KEY UPDATE: submits, whose foreign keys take KEY SHARE, are not
     -- held up) before counting what holds capacity under it: claims under one cap run
     -- one at a time, and each new statement sees what the one before committed.
-    v_lane_cap := l.lane_cap;
-    IF v_lane_cap IS NOT NULL THEN
+    IF l.lane_cap IS NOT NULL THEN
         PERFORM 1 FROM fleetq.lanes WHERE name = p_lane FOR NO KEY UPDATE;
-        SELECT greatest(0, v_lane_cap - count(*)) INTO v_lane_room
+        SELECT greatest(0, l.lane_cap - count(*)) INTO v_lane_room
         FROM fleetq.jobs WHERE reserved_on IS NOT NULL AND lane = p_lane;
     END IF;
     IF l.project_caps THEN

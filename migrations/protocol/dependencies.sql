@@ -8,6 +8,22 @@
 -- changed protocol file in one transaction). Change a function here; tables, dropped
 -- functions and new signatures go in a numbered migration.
 
+-- Jobs just moved from waiting to queued: their `ready` events, and a wake-up for each
+-- of their lanes' claimers (the one place both kinds of waiting end).
+CREATE OR REPLACE FUNCTION fleetq.announce_ready(p_ids bigint[], p_lanes text[], p_reason text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF p_ids IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM fleetq.log_events('ready', p_ids, NULL, array_fill(0::bigint, ARRAY[cardinality(p_ids)]),
+                              'fleetq', jsonb_build_object('reason', p_reason));
+    PERFORM pg_notify('fleetq_work', lane) FROM unnest(p_lanes) AS lane;
+END;
+$function$;
+
 CREATE OR REPLACE FUNCTION fleetq.settle_dependents(p_ended bigint[])
  RETURNS void
  LANGUAGE plpgsql
@@ -48,12 +64,7 @@ BEGIN
         RETURNING w.id, w.lane
     )
     SELECT array_agg(id ORDER BY id), array_agg(DISTINCT lane) INTO v_ready, v_lanes FROM ready;
-    IF v_ready IS NOT NULL THEN
-        PERFORM fleetq.log_events('ready', v_ready, NULL,
-                                  array_fill(0::bigint, ARRAY[cardinality(v_ready)]), 'fleetq',
-                                  '{"reason": "dependencies succeeded"}');
-        PERFORM pg_notify('fleetq_work', lane) FROM unnest(v_lanes) AS lane;
-    END IF;
+    PERFORM fleetq.announce_ready(v_ready, v_lanes, 'dependencies succeeded');
 END;
 $function$;
 
@@ -141,12 +152,7 @@ BEGIN
         RETURNING j.id, j.lane
     )
     SELECT array_agg(id ORDER BY id), array_agg(DISTINCT lane) INTO v_ids, v_lanes FROM queued;
-    IF v_ids IS NULL THEN
-        RETURN 0;
-    END IF;
-    PERFORM fleetq.log_events('ready', v_ids, NULL, array_fill(0::bigint, ARRAY[cardinality(v_ids)]),
-                              'fleetq', '{"reason": "retry due"}');
-    PERFORM pg_notify('fleetq_work', lane) FROM unnest(v_lanes) AS lane;
-    RETURN cardinality(v_ids);
+    PERFORM fleetq.announce_ready(v_ids, v_lanes, 'retry due');
+    RETURN coalesce(cardinality(v_ids), 0);
 END;
 $function$;

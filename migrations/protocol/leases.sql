@@ -317,16 +317,25 @@ BEGIN
         FROM unnest(p_jobs, p_versions, p_exit_codes, p_run_ms, p_ended_ago_ms)
              AS i(id, version, exit_code, run_ms, ago)
         WHERE e.job_id = i.id AND e.lease_version = i.version AND i.id = ANY (v_done);
-        -- an attempt its operation retries waits for the next one instead of ending
-        v_retried := fleetq.schedule_retries(v_done, ARRAY(
-            SELECT i.c FROM unnest(p_jobs, p_exit_codes) AS i(id, c) WHERE i.id = ANY (v_done)
-            ORDER BY array_position(v_done, i.id)));
         SELECT array_agg(i.id ORDER BY i.n), array_agg(i.c ORDER BY i.n),
                array_agg(i.t ORDER BY i.n), array_agg(i.p ORDER BY i.n), array_agg(i.r ORDER BY i.n)
         INTO v_ids, v_codes, v_tails, v_prepare, v_run
         FROM unnest(p_jobs, p_exit_codes, p_log_tails, p_prepare_ms, p_run_ms)
              WITH ORDINALITY AS i(id, c, t, p, r, n)
-        WHERE i.id = ANY (v_done) AND i.id <> ALL (v_retried);
+        WHERE i.id = ANY (v_done);
+        -- a failed attempt its operation retries waits for the next one instead of ending
+        -- (nothing more is read when no outcome failed)
+        v_retried := CASE WHEN 'failed' = ANY (p_outcomes)
+                          THEN fleetq.schedule_retries(v_ids, v_codes) ELSE '{}' END;
+        IF cardinality(v_retried) > 0 THEN
+            SELECT array_agg(i.id ORDER BY i.n), array_agg(i.c ORDER BY i.n),
+                   array_agg(i.t ORDER BY i.n), array_agg(i.p ORDER BY i.n),
+                   array_agg(i.r ORDER BY i.n)
+            INTO v_ids, v_codes, v_tails, v_prepare, v_run
+            FROM unnest(v_ids, v_codes, v_tails, v_prepare, v_run)
+                 WITH ORDINALITY AS i(id, c, t, p, r, n)
+            WHERE i.id <> ALL (v_retried);
+        END IF;
         PERFORM fleetq.record_outcomes(v_ids, v_codes, v_tails, v_prepare, v_run);
         INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version, detail)
         SELECT CASE WHEN j.id = ANY (v_retried) THEN 'failed_attempt' ELSE j.state END,

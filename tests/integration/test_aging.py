@@ -22,6 +22,13 @@ def _fleet(sync_conn: SyncConnection) -> None:
     fleet.operations(sync_conn)
 
 
+def _aging_on(conn: SyncConnection) -> None:
+    conn.execute(
+        "UPDATE fleetq.settings SET value = $1 WHERE name = 'aging_promote_after_seconds'",
+        [str(AFTER_S)],
+    )
+
+
 def _reap_at(conn: SyncConnection, at: datetime) -> None:
     conn.execute("SELECT * FROM fleetq.reap(1000, $1)", [at])
 
@@ -45,10 +52,7 @@ async def test_off_by_default(driver: Driver, sync_conn: SyncConnection) -> None
 async def test_a_waiting_job_climbs_a_class_per_wait_and_overtakes(
     driver: Driver, sync_conn: SyncConnection
 ) -> None:
-    sync_conn.execute(
-        "UPDATE fleetq.settings SET value = $1 WHERE name = 'aging_promote_after_seconds'",
-        [str(AFTER_S)],
-    )
+    _aging_on(sync_conn)
     old = (
         await producer.submit(
             driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
@@ -75,10 +79,7 @@ async def test_a_waiting_job_climbs_a_class_per_wait_and_overtakes(
 
 
 async def test_promotion_stops_at_class_zero(driver: Driver, sync_conn: SyncConnection) -> None:
-    sync_conn.execute(
-        "UPDATE fleetq.settings SET value = $1 WHERE name = 'aging_promote_after_seconds'",
-        [str(AFTER_S)],
-    )
+    _aging_on(sync_conn)
     job = (
         await producer.submit(
             driver, project="tools", operation="lint", commit=SHA, submitted_by="a"

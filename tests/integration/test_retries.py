@@ -47,6 +47,18 @@ async def _fail(driver: Driver, runner: RunnerId, claim: Claim, reason: str, cod
     await leasing.complete(driver, runner=runner, outcome=report)
 
 
+async def _claimed(
+    driver: Driver, project: str = "tools", operation: str = "lint"
+) -> tuple[RunnerId, JobId, Claim]:
+    """A runner, and a job of `operation` it has claimed."""
+    runner = await fleet.runner(driver)
+    answer = await producer.submit(
+        driver, project=project, operation=operation, commit=SHA, submitted_by="a"
+    )
+    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=5)
+    return runner, answer.job_id, claim
+
+
 def _due(conn: SyncConnection, job: JobId) -> None:
     """Time passes to the retry's due time: the reaper's leader queues it."""
     (at,) = conn.execute("SELECT retry_at FROM fleetq.jobs WHERE id = $1", [job]).fetchone() or ()
@@ -103,37 +115,19 @@ async def test_a_named_failure_is_retried_then_the_last_is_the_verdict(
 async def test_failures_the_policy_does_not_name_end_the_job(
     driver: Driver, reason: str, code: int
 ) -> None:
-    runner = await fleet.runner(driver)
-    job = (
-        await producer.submit(
-            driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
-        )
-    ).job_id
-    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=5)
+    runner, job, claim = await _claimed(driver)
     await _fail(driver, runner, claim, reason, code)  # exit 1 is not 75; timeout not named
     assert (await readers.job(driver, job)).state == JobState.FAILED
 
 
 async def test_an_operation_without_a_policy_never_retries(driver: Driver) -> None:
-    runner = await fleet.runner(driver)
-    job = (
-        await producer.submit(
-            driver, project="webapp", operation="unit", commit=SHA, submitted_by="a"
-        )
-    ).job_id
-    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=5)
+    runner, job, claim = await _claimed(driver, "webapp", "unit")
     await _fail(driver, runner, claim, "exception", 1)
     assert (await readers.job(driver, job)).state == JobState.FAILED
 
 
 async def test_a_job_waiting_to_retry_can_be_cancelled(driver: Driver) -> None:
-    runner = await fleet.runner(driver)
-    job = (
-        await producer.submit(
-            driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
-        )
-    ).job_id
-    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=5)
+    runner, job, claim = await _claimed(driver)
     await _fail(driver, runner, claim, "exit", 75)
     assert (await readers.job(driver, job)).state == JobState.WAITING
     result = await producer.cancel(driver, job_id=job, actor="ops")
