@@ -53,6 +53,7 @@ TESTS = (
     "tests/integration/test_concurrency.py",
     "tests/integration/test_roles.py",
     "tests/integration/test_protocol_machine.py",
+    "tests/integration/test_api.py",
 )
 COPIED = ("fleetq", "migrations", "tests", "pyproject.toml")
 _FAILED = re.compile(r"^FAILED (\S+)", re.M)

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 from fleetq import __version__
 from fleetq.cli import (
+    api,
     bench,
     demo,
     exits,
@@ -23,6 +24,7 @@ from fleetq.cli import (
     schema,
     server,
     stats,
+    tokens,
 )
 from fleetq.core.errors import FleetqError
 from fleetq.core.text import escape
@@ -82,7 +84,20 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
     )
-    for module in (demo, server, schema, jobs, logs, runners, schedules, stats, bench, roles):
+    for module in (
+        demo,
+        server,
+        schema,
+        jobs,
+        logs,
+        runners,
+        schedules,
+        stats,
+        bench,
+        roles,
+        tokens,
+        api,
+    ):
         module.register(commands)
     return parser
 

@@ -25,6 +25,11 @@ _WHAT = {
         "as IDENTITY; reads everything",
     ),
     roles.Kind.READER: ("NAME", "a read-only login (fleetq-console --readonly, stats, overlaps)"),
+    roles.Kind.GATEWAY: (
+        "NAME",
+        "the HTTP API's login (fleetq api --dsn): it acts only for the holder of the API "
+        "token a request presents (fleetq tokens), never on its own",
+    ),
 }
 
 

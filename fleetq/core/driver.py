@@ -17,6 +17,7 @@ from typing import Any, LiteralString, Protocol
 
 import asyncpg
 import psycopg
+from asyncpg.pool import PoolConnectionProxy
 from psycopg.rows import dict_row
 
 from fleetq.core import errors
@@ -32,6 +33,7 @@ _FLEETQ_STATES: dict[str, type[errors.FleetqError]] = {
     "FQ004": errors.NotFound,
     "FQ005": errors.CapacityConflict,
     "FQ006": errors.RefusedNow,
+    "FQ007": errors.NotAuthenticated,
     "42501": errors.PermissionDenied,  # insufficient_privilege: a login acting beyond itself
 }
 
@@ -107,7 +109,9 @@ class AsyncpgDriver:
     """asyncpg, for runners and the console: one connection, or a pool (each call then
     takes a connection for one statement)."""
 
-    def __init__(self, conn: asyncpg.Connection | asyncpg.Pool) -> None:
+    def __init__(
+        self, conn: asyncpg.Connection | asyncpg.Pool | PoolConnectionProxy[asyncpg.Record]
+    ) -> None:
         self.conn = conn
 
     @classmethod

@@ -85,6 +85,11 @@ class PermissionDenied(FleetqError):
     (`fleetq roles`), e.g. a runner login naming another runner."""
 
 
+class NotAuthenticated(PermissionDenied):
+    """No valid API token (SQLSTATE FQ007): none was given to a gateway login, or the
+    one given is unknown or revoked. HTTP answers 401 here, 403 for `PermissionDenied`."""
+
+
 class InvalidInput(FleetqError):
     """The request was refused before it reached the queue."""
 

@@ -40,6 +40,7 @@ class Kind(StrEnum):
     SUBMITTER = "submitter"
     OPERATOR = "operator"
     READER = "reader"
+    GATEWAY = "gateway"  # the HTTP API's login: acts only for an API token's holder
 
     @property
     def group(self) -> str:
@@ -65,6 +66,11 @@ TIMEOUTS: dict[Kind, dict[str, str]] = {
         "idle_in_transaction_session_timeout": "60s",
     },
     Kind.READER: {"statement_timeout": "60s", "idle_in_transaction_session_timeout": "60s"},
+    Kind.GATEWAY: {
+        "statement_timeout": "30s",
+        "lock_timeout": "10s",
+        "idle_in_transaction_session_timeout": "60s",
+    },
 }
 
 

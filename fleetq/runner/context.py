@@ -33,6 +33,9 @@ class JobContext:
     # how many `transaction()` blocks are open: each holds the job's row, which the
     # runner's heartbeat then skips rather than waits for (and counts as held)
     transactions_open: int = 0
+    # the trace context to continue: the runner's run span when spans are on
+    # (runner/tracing.py), else the one the job was submitted with
+    trace_header: str | None = None
 
     @property
     def token(self) -> int:
@@ -41,8 +44,9 @@ class JobContext:
 
     @property
     def traceparent(self) -> str | None:
-        """The W3C trace context the job was submitted with, to continue its trace."""
-        return self.claim.traceparent
+        """The W3C trace context to continue: the runner's span for this run when it
+        traces, else the one the job was submitted with."""
+        return self.trace_header or self.claim.traceparent
 
     @contextlib.asynccontextmanager
     async def transaction(self, *, finish: bool = False) -> AsyncIterator[Connection]:

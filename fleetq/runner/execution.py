@@ -27,7 +27,7 @@ from fleetq.core import leasing
 from fleetq.core.driver import Driver
 from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, StartReport
-from fleetq.runner import executor, metrics
+from fleetq.runner import executor, metrics, tracing
 from fleetq.runner.context import JobContext
 from fleetq.runner.jobuser import JobUser
 from fleetq.runner.journal import Journal
@@ -76,6 +76,7 @@ class Execution:
     recorded: bool = False  # its outcome (or loss) is in the database
     stop_grace_s: float = executor.STOP_GRACE_S  # SIGTERM to SIGKILL when stopped
     ctx: JobContext | None = None  # a handler's context, while it runs
+    trace: tracing.JobTrace | None = None  # its spans (no-ops unless tracing is on)
     # when its run was seen gone (`time.monotonic()`; see executor.Finished): the writes
     # that end it send it, so the database dates the end on its own clock
     ended_monotonic: float | None = None
@@ -127,6 +128,12 @@ class Toolkit:
 
 async def carry_out(ex: Execution, kit: Toolkit) -> None:
     """Run one claimed job to its recorded outcome (or to a confirmed stop)."""
+    with tracing.JobTrace(ex.claim, kit.runner) as trace:
+        ex.trace = trace
+        await _carry_out(ex, kit, trace)
+
+
+async def _carry_out(ex: Execution, kit: Toolkit, trace: tracing.JobTrace) -> None:
     claim = ex.claim
     op = await kit.operation(claim.project, claim.operation)
     if op is None:
@@ -135,13 +142,17 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
         )
         return
     if op.handler is not None:
-        finished = await _run_handler(ex, kit, op)
+        with trace.step("run"):
+            finished = await _run_handler(ex, kit, op)
         await _record(ex, kit, finished)
         return
     t0 = time.monotonic()
     name = run_name(claim.job_id, claim.lease_version, ex.run_id)
     try:
-        tree = await kit.staging.stage(repository=op.repository, commit=claim.commit_sha, name=name)
+        with trace.step("stage"):
+            tree = await kit.staging.stage(
+                repository=op.repository, commit=claim.commit_sha, name=name
+            )
     except StagingFailed as exc:
         await _record(ex, kit, executor.Finished(Outcome.REFUSED, reason=str(exc)))
         return
@@ -165,21 +176,22 @@ async def carry_out(ex: Execution, kit: Toolkit) -> None:
     ended = asyncio.Event()
     shipping = asyncio.create_task(Shipper(kit.driver, kit.runner, claim, log_path).run(ended))
     try:
-        finished = await executor.run_command(
-            op.command or "",
-            cwd=tree,
-            env=executor.job_environment(
-                {**_job_env(ex, kit), **(kit.job_user.environment() if kit.job_user else {})}
-            ),
-            timeout_s=op.timeout_s,
-            log_path=log_path,
-            on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms),
-            stop=ex.stop,
-            status_file=status_file,
-            stop_grace_s=lambda: ex.stop_grace_s,
-            user=kit.job_user,
-            limits=op.limits,
-        )
+        with trace.step("run"):
+            finished = await executor.run_command(
+                op.command or "",
+                cwd=tree,
+                env=executor.job_environment(
+                    {**_job_env(ex, kit), **(kit.job_user.environment() if kit.job_user else {})}
+                ),
+                timeout_s=op.timeout_s,
+                log_path=log_path,
+                on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms),
+                stop=ex.stop,
+                status_file=status_file,
+                stop_grace_s=lambda: ex.stop_grace_s,
+                user=kit.job_user,
+                limits=op.limits,
+            )
     finally:
         # what is left is shipped before the outcome (so `fleetq logs` ends with it),
         # but never holds the outcome up for long
@@ -215,7 +227,12 @@ async def _run_handler(ex: Execution, kit: Toolkit, op: Operation) -> executor.F
     deadline = time.monotonic() + op.timeout_s
     backoff = Backoff()
     for run in range(1, HANDLER_RUNS + 1):
-        ctx = ex.ctx = JobContext(claim=c, runner=kit.runner, pool=kit.pool)
+        ctx = ex.ctx = JobContext(
+            claim=c,
+            runner=kit.runner,
+            pool=kit.pool,
+            trace_header=ex.trace.header() if ex.trace else c.traceparent,
+        )
         left = deadline - time.monotonic()
         finished = await executor.run_handler(fn, ctx, timeout_s=left, stoppable=ex)
         if finished.lost is None or run == HANDLER_RUNS:
@@ -257,8 +274,11 @@ def _job_env(ex: Execution, kit: Toolkit) -> dict[str, str]:
         "FLEETQ_COMMIT": c.commit_sha,
         "FLEETQ_NODE": kit.node,
     }
-    if c.traceparent:  # the W3C name, which tracing libraries read to continue a trace
-        env["TRACEPARENT"] = c.traceparent
+    # the W3C name, which tracing libraries read to continue a trace: the run span's
+    # context when spans are on, else the context the job was submitted with
+    header = ex.trace.header() if ex.trace else c.traceparent
+    if header:
+        env["TRACEPARENT"] = header
     return env
 
 
@@ -279,6 +299,8 @@ async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_
     try:
         await leasing.report_start(kit.driver, runner=kit.runner, start=start)
         metrics.STARTS.inc()
+        if ex.trace is not None:
+            ex.trace.event("started", pid=pid)
         log.info("started job=%d token=%d pid=%d", ex.claim.job_id, ex.claim.lease_version, pid)
     except StaleLease:
         metrics.STALE.labels("start", "zombie").inc()
@@ -327,6 +349,8 @@ async def _record(
         )
         return
     ex.recorded = True
+    if ex.trace is not None:
+        ex.trace.ended(finished.outcome, finished.exit_code, finished.reason)
     # handler jobs can run thousands a second: their success lines are debug (-v)
     level = logging.DEBUG if finished.exit_code == 0 and ex.pid is None else logging.INFO
     log.log(

@@ -12,7 +12,7 @@ from pathlib import Path
 from fleetq.core.db import as_uri, resolve_dsn
 from fleetq.core.errors import FleetqError
 from fleetq.runner import config as runner_config
-from fleetq.runner import metrics, orphans
+from fleetq.runner import metrics, orphans, tracing
 from fleetq.runner.service import RunnerService, install_signals
 
 
@@ -144,13 +144,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = runner_config.load(overrides, args.config)
         if args.metrics_port:
             metrics.serve(args.metrics_port)
+        if tracing.configure():
+            logging.getLogger(__name__).info("OpenTelemetry spans on")
         service = RunnerService(config)
 
         async def serve() -> int:
             install_signals(service, asyncio.get_running_loop().add_signal_handler)
             return await service.run(as_uri(resolve_dsn(config.dsn)))
 
-        return asyncio.run(serve())
+        try:
+            return asyncio.run(serve())
+        finally:
+            tracing.shutdown()
     except FleetqError as exc:
         print(f"fleetq-runner: error: {exc}", file=sys.stderr)
         return 1

@@ -6,26 +6,57 @@
 -- functions and new signatures go in a numbered migration.
 
 -- Who is calling: (kind, subject). Trusted administrators answer ('admin', NULL); a
--- login fleetq does not know is refused.
+-- login fleetq does not know is refused. An API token in the transaction-local setting
+-- `fleetq.token` (migration 0019) makes the caller the token's holder: only a gateway
+-- login or an administrator may present one, and a gateway presents one always.
 CREATE OR REPLACE FUNCTION fleetq.caller(OUT kind text, OUT subject text)
  RETURNS record
  LANGUAGE plpgsql
  STABLE
 AS $function$
+DECLARE
+    v_token text := current_setting('fleetq.token', true);
 BEGIN
     SELECT l.kind, l.subject INTO kind, subject FROM fleetq.logins l
     WHERE l.role_name = session_user;
-    IF FOUND THEN
+    IF NOT FOUND THEN
+        IF (SELECT rolsuper FROM pg_roles WHERE rolname = session_user)
+           OR pg_has_role(session_user, 'fleetq_owner', 'MEMBER') THEN
+            kind := 'admin';
+        ELSE
+            RAISE EXCEPTION 'login % is not a fleetq login (fleetq roles add-…)', session_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
+    IF coalesce(v_token, '') = '' THEN
+        IF kind = 'gateway' THEN
+            RAISE EXCEPTION 'login % is a gateway: it acts only for an API token''s holder',
+                            session_user
+                USING ERRCODE = 'FQ007';
+        END IF;
         RETURN;
     END IF;
-    IF (SELECT rolsuper FROM pg_roles WHERE rolname = session_user)
-       OR pg_has_role(session_user, 'fleetq_owner', 'MEMBER') THEN
-        kind := 'admin';
-        RETURN;
+    IF kind NOT IN ('admin', 'gateway') THEN
+        RAISE EXCEPTION 'login % (a % login) cannot act for an API token', session_user, kind
+            USING ERRCODE = 'insufficient_privilege';
     END IF;
-    RAISE EXCEPTION 'login % is not a fleetq login (fleetq roles add-…)', session_user
-        USING ERRCODE = 'insufficient_privilege';
+    SELECT t.kind, t.subject INTO kind, subject FROM fleetq.api_tokens t
+    WHERE t.token_sha256 = sha256(convert_to(v_token, 'UTF8'));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'invalid or revoked API token' USING ERRCODE = 'FQ007';
+    END IF;
 END;
+$function$;
+
+-- The caller as fleetq sees it: what the HTTP API authenticates a request with.
+CREATE OR REPLACE FUNCTION fleetq.whoami()
+ RETURNS TABLE(kind text, subject text)
+ LANGUAGE sql
+ STABLE
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT c.kind, c.subject FROM fleetq.caller() c;
 $function$;
 
 -- The runner id a call may act as: the caller's own (a runner login naming another is
@@ -64,6 +95,10 @@ AS $function$
 BEGIN
     SELECT c.kind, c.subject INTO kind, subject FROM fleetq.caller() c;
     IF kind <> 'admin' AND NOT kind = ANY (p_kinds) THEN
+        IF coalesce(current_setting('fleetq.token', true), '') <> '' THEN
+            RAISE EXCEPTION 'the API token of % (a % token) may not do this', subject, kind
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
         RAISE EXCEPTION 'login % (a % login) may not do this', session_user, kind
             USING ERRCODE = 'insufficient_privilege';
     END IF;
@@ -94,10 +129,12 @@ BEGIN
     REVOKE ALL ON ALL SEQUENCES IN SCHEMA fleetq FROM PUBLIC;
     REVOKE ALL ON ALL FUNCTIONS IN SCHEMA fleetq FROM PUBLIC;
     GRANT USAGE ON SCHEMA fleetq TO fleetq_runner, fleetq_submitter, fleetq_operator,
-                                    fleetq_reader;
+                                    fleetq_reader, fleetq_gateway;
     -- readers (console --readonly, stats, overlaps) read everything; operators too
     GRANT SELECT ON ALL TABLES IN SCHEMA fleetq TO fleetq_reader, fleetq_operator;
     REVOKE SELECT ON fleetq.logins FROM fleetq_reader;
+    -- a token's hash is a credential's fingerprint: only the owner reads them
+    REVOKE SELECT ON fleetq.api_tokens FROM fleetq_reader, fleetq_operator;
     FOR o IN SELECT * FROM fleetq.grants LOOP
         EXECUTE format('GRANT %s ON %s TO %I', o.privilege, o.object, o.grantee);
     END LOOP;

@@ -124,6 +124,9 @@ command = "true"
 [projects.repo.operations.bulky]
 lane = "checks"
 command = "python3 -c 'print(300000 * chr(120))'"
+[projects.repo.operations.trace]
+lane = "checks"
+command = "sh -c 'echo TP=[$TRACEPARENT]'"
 [projects.repo.operations.oserror]
 lane = "control"
 handler = "tests.handlers:own_oserror"

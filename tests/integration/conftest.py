@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from fleetq.cli.main import main as fleetq
-from fleetq.core.db import SyncConnection
+from fleetq.core import roles
+from fleetq.core.db import SyncConnection, as_uri, connect
 from tests import fleet
 
 Run = tuple[int, str, str]
@@ -33,3 +37,40 @@ def cli(db_dsn: str, sync_conn: SyncConnection, capsys: pytest.CaptureFixture[st
         return code, out, err
 
     return run
+
+
+Login = Callable[[roles.Kind, str], str]  # (kind, subject) -> a DSN logged in as it
+
+
+def login_dsn(dsn: str, login: str) -> str:
+    parts = urlsplit(as_uri(dsn))
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{login}@{host}"))
+
+
+@pytest.fixture
+def login(db_dsn: str, sync_conn: SyncConnection, tmp_path: Path) -> Iterator[Login]:
+    """Make logins (unique names: roles are the whole cluster's) and drop them after."""
+    fleet.operations(sync_conn)
+    made: list[str] = []
+
+    def make(kind: roles.Kind, subject: str) -> str:
+        name = f"fq_{kind.value}_{uuid.uuid4().hex[:10]}"
+        with connect(db_dsn) as conn:
+            roles.add(
+                conn,
+                kind,
+                subject,
+                admin_dsn=db_dsn,
+                password_file=tmp_path / f"{name}.pgpass",
+                login=name,
+            )
+            conn.commit()
+        made.append(name)
+        return login_dsn(db_dsn, name)
+
+    yield make
+    with connect(db_dsn) as conn:
+        for name in made:
+            roles.remove(conn, name)
+        conn.commit()

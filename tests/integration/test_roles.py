@@ -5,10 +5,9 @@ act as any runner and choose who submitted."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -16,48 +15,13 @@ import pytest
 from fleetq.cli.main import main as fleetq
 from fleetq.core import eligibility, leasing, producer, readers, roles, stats, views
 from fleetq.core import fleet as fleet_api
-from fleetq.core.db import SyncConnection, as_uri, connect
+from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import AsyncpgDriver, Driver
 from fleetq.core.errors import FleetqError, PermissionDenied
 from fleetq.core.models import JobId, Outcome, OutcomeReport, RunnerId
 from tests import fleet
 from tests.fleet import SHA
-
-Login = Callable[[roles.Kind, str], str]  # (kind, subject) -> a DSN logged in as it
-
-
-def _as(dsn: str, login: str) -> str:
-    parts = urlsplit(as_uri(dsn))
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{login}@{host}"))
-
-
-@pytest.fixture
-def login(db_dsn: str, sync_conn: SyncConnection, tmp_path: Path) -> Iterator[Login]:
-    """Make logins (unique names: roles are the whole cluster's) and drop them after."""
-    fleet.operations(sync_conn)
-    made: list[str] = []
-
-    def make(kind: roles.Kind, subject: str) -> str:
-        name = f"fq_{kind.value}_{uuid.uuid4().hex[:10]}"
-        with connect(db_dsn) as conn:
-            roles.add(
-                conn,
-                kind,
-                subject,
-                admin_dsn=db_dsn,
-                password_file=tmp_path / f"{name}.pgpass",
-                login=name,
-            )
-            conn.commit()
-        made.append(name)
-        return _as(db_dsn, name)
-
-    yield make
-    with connect(db_dsn) as conn:
-        for name in made:
-            roles.remove(conn, name)
-        conn.commit()
+from tests.integration.conftest import Login, login_dsn
 
 
 @pytest.fixture
@@ -227,7 +191,7 @@ def test_an_unknown_login_is_refused(db_dsn: str, sync_conn: SyncConnection) -> 
     sync_conn.execute(f'CREATE ROLE "{name}" LOGIN'.encode())
     sync_conn.commit()
     try:
-        with psycopg.connect(_as(db_dsn, name), autocommit=True) as conn:
+        with psycopg.connect(login_dsn(db_dsn, name), autocommit=True) as conn:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM fleetq.claim('a/b', 'checks', 1, gen_random_uuid())")
             with pytest.raises(psycopg.errors.InsufficientPrivilege):

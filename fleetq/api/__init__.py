@@ -1,0 +1,1 @@
+"""The HTTP producer API (`fleetq api`): submit, status, result, cancel, health."""

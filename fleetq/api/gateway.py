@@ -1,0 +1,81 @@
+"""The API's way into the database: a pool, and one transaction per request that acts
+for the request's token.
+
+The token goes to the database as it was sent (`fleetq.token`, transaction-local) and
+the protocol resolves it (protocol/roles.sql, fleetq.caller), so the API server never
+decides who a caller is or what it may do: a submitter token submits as its identity and
+cancels only its own jobs over HTTP exactly as a submitter login does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import asyncpg
+
+from fleetq.api.models import Caller
+from fleetq.core import migrate, queries
+from fleetq.core.db import as_uri
+from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg
+from fleetq.core.errors import NotAuthenticated
+from fleetq.core.models import JobId
+
+ACQUIRE_TIMEOUT_S = 10.0
+
+
+class Gateway:
+    """A connection pool whose connections act only for a presented token."""
+
+    def __init__(self, dsn: str, *, pool_size: int = 10) -> None:
+        self.dsn = dsn
+        self.pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
+
+    async def open(self) -> None:
+        """Open the pool and refuse a schema that is not this code's (as every fleetq
+        process does at start), so a wrong database fails now, not at the first call."""
+        with mapped_errors():
+            self._pool = await asyncpg.create_pool(
+                as_uri(self.dsn),
+                min_size=0,
+                max_size=self.pool_size,
+                init=prepare_asyncpg,
+                server_settings={"application_name": "fleetq-api"},
+            )
+        await migrate.require_current_async(AsyncpgDriver(self._pool))
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await AsyncpgDriver(self._pool).close()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        assert self._pool is not None, "Gateway.open() first"
+        return self._pool
+
+    @contextlib.asynccontextmanager
+    async def acting(self, token: str | None) -> AsyncIterator[tuple[AsyncpgDriver, Caller]]:
+        """A driver whose calls act for the holder of `token`, in one transaction that
+        commits when the block ends without an error; refused (`NotAuthenticated`) with
+        no token, or an unknown or revoked one."""
+        if not token:
+            raise NotAuthenticated("an API token is required: Authorization: Bearer <token>")
+        with mapped_errors():
+            async with (
+                self.pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn,
+                conn.transaction(),
+            ):
+                driver = AsyncpgDriver(conn)
+                await driver.fetch(queries.sql("tokens_present"), token)
+                rows = await driver.fetch(queries.sql("tokens_whoami"))
+                yield driver, Caller(kind=rows[0]["kind"], identity=rows[0]["subject"])
+
+    async def schema_version(self) -> int:
+        """The database's schema version: what health answers, reachable or not."""
+        rows = await AsyncpgDriver(self.pool).fetch(queries.sql("migrate_applied"), timeout=5)
+        return max((int(r["version"]) for r in rows), default=0)
+
+
+def job_path(job_id: JobId) -> str:
+    return f"/v1/jobs/{job_id}"

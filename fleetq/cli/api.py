@@ -1,0 +1,97 @@
+"""`fleetq api --listen HOST:PORT`: the HTTP producer API (fleetq/api)."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+
+from fleetq.cli.common import Commands, positive_arg
+from fleetq.core import migrate
+from fleetq.core.db import connect, resolve_dsn
+from fleetq.core.errors import InvalidInput
+
+
+def register(commands: Commands) -> None:
+    """Add `api`."""
+    p = commands.add_parser(
+        "api",
+        help="serve the HTTP producer API (submit, status, result, cancel, health)",
+        description="Serve the HTTP API: POST /v1/jobs (submit; Idempotency-Key and "
+        "traceparent headers), GET /v1/jobs/ID, POST /v1/jobs/ID/cancel, GET "
+        "/v1/results/PROJECT/COMMIT, GET /v1/whoami, GET /v1/health; the OpenAPI document "
+        "at /openapi.json, browsable at /docs. Every call but health needs "
+        "`Authorization: Bearer <token>` (fleetq tokens add) and acts as the token's "
+        "identity. --dsn is best a gateway login (fleetq roles add-gateway), which can act "
+        "only for a presented token; an administrator's DSN works too.",
+    )
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:8080",
+        metavar="HOST:PORT",
+        help="address to serve on (default 127.0.0.1:8080; port 0 picks a free one)",
+    )
+    p.add_argument(
+        "--max-body",
+        type=positive_arg,
+        default=256 * 1024,
+        metavar="BYTES",
+        help="refuse request bodies over this size with 413 (default 262144)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=positive_arg,
+        default=200,
+        metavar="N",
+        help="answer 503 beyond this many concurrent connections (default 200)",
+    )
+    p.add_argument(
+        "--pool-size",
+        type=positive_arg,
+        default=10,
+        metavar="N",
+        help="database connections at most (default 10)",
+    )
+    p.set_defaults(func=_serve)
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """HOST:PORT, [IPv6]:PORT."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise InvalidInput(f"--listen {text!r}: give HOST:PORT, e.g. 127.0.0.1:8080")
+    return host.strip("[]"), int(port)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn  # the ASGI server loads only for this command
+
+    from fleetq.api.app import create_app
+    from fleetq.api.gateway import Gateway
+
+    host, port = listen_address(args.listen)
+    dsn = resolve_dsn(args.dsn)
+    with connect(dsn) as conn:  # a wrong database is refused now, with the fix named
+        migrate.require_current(conn)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidInput(f"--listen {args.listen}: cannot listen there: {exc.strerror}") from None
+    sock.listen(2048)  # from here a client's connection waits in the backlog, not refused
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    app = create_app(Gateway(dsn, pool_size=args.pool_size), max_body=args.max_body)
+    config = uvicorn.Config(
+        app,
+        log_level="info" if args.verbose else "warning",
+        access_log=bool(args.verbose),
+        limit_concurrency=args.max_connections,
+        timeout_keep_alive=5,
+        server_header=False,
+    )
+    print(f"fleetq api: listening on http://{shown}:{bound} (OpenAPI at /docs)", flush=True)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0

@@ -1,0 +1,454 @@
+"""The HTTP producer API (issue 17), tested as a client meets it: `fleetq api` started as
+its own process on a gateway login, spoken to over TCP by a real HTTP client (httpx).
+
+The gateway login holds no power of its own: every call acts for its bearer token, and
+the protocol's checks (protocol/roles.sql) decide what the token's holder may do, so
+each rule a login is held to (test_roles.py) is checked here over HTTP too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from fleetq.core import roles, tokens, validation
+from fleetq.core.db import SyncConnection, connect, with_database
+from fleetq.core.errors import InvalidInput
+from tests import fleet
+from tests.conftest import create_database, drop_database
+from tests.fleet import OTHER_SHA, SHA
+from tests.integration.conftest import Cli, login_dsn
+from tests.locks import wait_for
+
+TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+MaxBody = 4096
+
+Token = Callable[..., str]  # (kind, identity) -> a bearer token
+
+
+@contextlib.contextmanager
+def serving(dsn: str, *extra: str) -> Iterator[str]:
+    """`fleetq api` on a free port; its base URL once it answers health."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetq", "--dsn", dsn, "api", "--listen", "127.0.0.1:0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert proc.stdout is not None
+    stdout = proc.stdout
+
+    def pump() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        try:
+            first = lines.get(timeout=30)
+        except queue.Empty:
+            raise AssertionError("fleetq api printed no address within 30 s") from None
+        found = re.search(r"http://\S+", first)
+        assert found, first
+        base = found.group(0)
+
+        def healthy() -> bool:
+            with contextlib.suppress(httpx.HTTPError):
+                return httpx.get(f"{base}/v1/health", timeout=2).status_code == 200
+            return False
+
+        wait_for(healthy, "the API answering health", deadline_s=30)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def api_db(server_dsn: str, template_db: str) -> Iterator[str]:
+    """One database for the module's tests, which share one server (each test uses
+    identities and a commit of its own, so none sees another's jobs)."""
+    name = create_database(server_dsn, template_db)
+    dsn = with_database(server_dsn, name)
+    with connect(dsn, autocommit=True) as conn:
+        fleet.operations(conn)
+    yield dsn
+    drop_database(server_dsn, name)
+
+
+@pytest.fixture(scope="module")
+def admin(api_db: str) -> Iterator[SyncConnection]:
+    with connect(api_db, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture(scope="module")
+def gateway_dsn(
+    api_db: str, admin: SyncConnection, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A gateway login (roles are the cluster's: a unique name, dropped after)."""
+    name = f"fq_gateway_{uuid.uuid4().hex[:10]}"
+    roles.add(
+        admin,
+        roles.Kind.GATEWAY,
+        "api",
+        admin_dsn=api_db,
+        password_file=tmp_path_factory.mktemp("gateway") / "pgpass",
+        login=name,
+    )
+    yield login_dsn(api_db, name)
+    roles.remove(admin, name)
+
+
+@pytest.fixture(scope="module")
+def api(gateway_dsn: str) -> Iterator[httpx.Client]:
+    """The API on a gateway login (the recommended deployment), with a small body limit."""
+    with (
+        serving(gateway_dsn, "--max-body", str(MaxBody)) as base,
+        httpx.Client(base_url=base, timeout=10) as client,
+    ):
+        yield client
+
+
+@pytest.fixture
+def token(admin: SyncConnection) -> Token:
+    """Make tokens; their names are unique to this test, the identities are as given."""
+    suffix = uuid.uuid4().hex[:8]
+
+    def make(kind: str, identity: str) -> str:
+        _, secret = tokens.add(
+            admin, roles.Kind(kind), identity, name=f"{identity}-{suffix}", created_by="t"
+        )
+        return secret
+
+    return make
+
+
+@pytest.fixture
+def sha() -> str:
+    """A commit of this test's own, so results by commit see only its jobs."""
+    return uuid.uuid4().hex + uuid.uuid4().hex[:8]
+
+
+def _auth(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def _job(**fields: object) -> dict[str, object]:
+    return {"project": "webapp", "operation": "unit", "commit": SHA, **fields}
+
+
+def _presenting(
+    conn: psycopg.Connection[tuple[object, ...]], secret: str, query: str
+) -> tuple[object, ...]:
+    """Run `query` (on SHA) in a transaction that presents `secret`, as the API does."""
+    with conn.transaction(), psycopg.RawCursor(conn) as cursor:
+        cursor.execute("SELECT set_config('fleetq.token', $1, true)", [secret])
+        cursor.execute(query.encode(), [SHA])
+        row = cursor.fetchone()
+    assert row is not None
+    return row
+
+
+def test_a_gateway_login_acts_only_for_a_token(
+    gateway_dsn: str, token: Token, admin: SyncConnection, api_db: str, tmp_path: Path
+) -> None:
+    """Straight at the database, no API in between: what a stolen gateway DSN is worth."""
+    secret = token("submitter", "alice")
+    submit = "SELECT * FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, 'x', '{}')"
+    with psycopg.connect(gateway_dsn, autocommit=True) as conn:
+        cursor = psycopg.RawCursor(conn)
+        with pytest.raises(psycopg.Error, match="acts only for an API token"):
+            cursor.execute(submit, [SHA])
+        with pytest.raises(psycopg.Error, match="invalid or revoked API token"):
+            _presenting(conn, "fq_guess", submit)
+        job = _presenting(conn, secret, submit)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            cursor.execute("SELECT * FROM fleetq.api_tokens")
+    who = admin.execute("SELECT submitted_by FROM fleetq.jobs WHERE id = $1", [job[0]])
+    assert who.fetchone() == ("alice",)
+    # any other login presenting a token is refused: a token is not a way to climb
+    name = f"fq_submitter_{uuid.uuid4().hex[:10]}"
+    roles.add(
+        admin,
+        roles.Kind.SUBMITTER,
+        "bob",
+        admin_dsn=api_db,
+        password_file=tmp_path / "p",
+        login=name,
+    )
+    try:
+        with psycopg.connect(login_dsn(api_db, name), autocommit=True) as conn:
+            cursor = psycopg.RawCursor(conn)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                _presenting(conn, secret, submit)
+    finally:
+        roles.remove(admin, name)
+
+
+def test_submit_is_idempotent_by_key_and_answers_where_the_job_is(
+    api: httpx.Client, token: Token
+) -> None:
+    ci = _auth(token("submitter", "ci-bot"))
+    first = api.post("/v1/jobs", json=_job(), headers={**ci, "Idempotency-Key": "build-7"})
+    assert first.status_code == 201, first.text
+    job = first.json()
+    assert job["created"] and job["state"] == "queued"
+    assert first.headers["Location"] == f"/v1/jobs/{job['job_id']}"
+    # a retried request (a lost reply): the same job, 200, nothing new queued
+    again = api.post("/v1/jobs", json=_job(), headers={**ci, "Idempotency-Key": "build-7"})
+    assert again.status_code == 200 and again.json()["job_id"] == job["job_id"]
+    assert not again.json()["created"]
+    # the key in the body works as the header does
+    body_key = api.post("/v1/jobs", json=_job(idempotency_key="build-7"), headers=ci)
+    assert body_key.json()["job_id"] == job["job_id"]
+    # the same key for another request is a conflict, not a silent second job
+    other = api.post(
+        "/v1/jobs", json=_job(commit=OTHER_SHA), headers={**ci, "Idempotency-Key": "build-7"}
+    )
+    assert other.status_code == 409 and other.json()["error"]["type"] == "idempotency_conflict"
+    both = api.post(
+        "/v1/jobs", json=_job(idempotency_key="a"), headers={**ci, "Idempotency-Key": "b"}
+    )
+    assert both.status_code == 400
+    status = api.get(job and f"/v1/jobs/{job['job_id']}", headers=ci).json()
+    assert status["submitted_by"] == "ci-bot" and status["idempotency_key"] == "build-7"
+
+
+def test_the_priority_class_follows_the_token_never_the_request(
+    api: httpx.Client, token: Token, admin: SyncConnection
+) -> None:
+    """release-bot's identity buys class 0; a submitter cannot name it, in any field."""
+    release = api.post("/v1/jobs", json=_job(), headers=_auth(token("submitter", "release-bot")))
+    plain = api.post("/v1/jobs", json=_job(), headers=_auth(token("submitter", "alice")))
+    assert release.json()["priority_class"] == 0
+    assert plain.json()["priority_class"] > 0
+    named = api.post(
+        "/v1/jobs",
+        json=_job(submitted_by="release-bot"),
+        headers=_auth(token("submitter", "mallory")),
+    )
+    assert named.status_code == 400
+    assert named.json()["error"]["message"] == "submitted_by is not a field of this request"
+    row = admin.execute(
+        "SELECT submitted_by FROM fleetq.jobs WHERE id = $1", [plain.json()["job_id"]]
+    ).fetchone()
+    assert row == ("alice",)
+
+
+def test_each_token_may_do_what_its_kind_may(api: httpx.Client, token: Token) -> None:
+    alice, bob = _auth(token("submitter", "alice")), _auth(token("submitter", "bob"))
+    operator, reader = _auth(token("operator", "ops")), _auth(token("reader", "dash"))
+    mine = api.post("/v1/jobs", json=_job(), headers=alice).json()["job_id"]
+    theirs = api.post("/v1/jobs", json=_job(), headers=bob).json()["job_id"]
+    # a submitter cancels its own jobs only
+    refused = api.post(f"/v1/jobs/{theirs}/cancel", headers=alice)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["message"] == "submitter alice may cancel only its own jobs"
+    assert api.get(f"/v1/jobs/{theirs}", headers=alice).json()["state"] == "queued"
+    cancelled = api.post(f"/v1/jobs/{mine}/cancel", headers=alice, json={"reason": "mine"})
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    # an operator cancels anyone's, audited as itself
+    assert api.post(f"/v1/jobs/{theirs}/cancel", headers=operator).status_code == 200
+    assert api.get(f"/v1/jobs/{theirs}", headers=reader).json()["cancelled_by"] == "ops"
+    # a reader reads, and nothing else
+    submit = api.post("/v1/jobs", json=_job(), headers=reader)
+    assert submit.status_code == 403
+    assert "dash (a reader token) may not do this" in submit.json()["error"]["message"]
+    assert api.get("/v1/whoami", headers=reader).json() == {"kind": "reader", "identity": "dash"}
+
+
+def test_no_token_or_a_revoked_one_is_refused(
+    api: httpx.Client, token: Token, admin: SyncConnection
+) -> None:
+    missing = api.get("/v1/whoami")
+    assert missing.status_code == 401 and missing.headers["WWW-Authenticate"] == "Bearer"
+    assert api.get("/v1/whoami", headers=_auth("fq_made-up")).status_code == 401
+    assert api.get("/v1/whoami", headers={"Authorization": "Basic eDp5"}).status_code == 401
+    secret = token("submitter", "leaver")
+    assert api.get("/v1/whoami", headers=_auth(secret)).status_code == 200
+    name = admin.execute("SELECT name FROM fleetq.api_tokens WHERE subject = 'leaver'").fetchone()
+    assert name is not None and tokens.revoke(admin, name[0])
+    revoked = api.post("/v1/jobs", json=_job(), headers=_auth(secret))
+    assert revoked.status_code == 401
+    assert revoked.json()["error"]["message"] == "invalid or revoked API token"
+
+
+def _cli_message(check: Callable[[], object]) -> str:
+    with pytest.raises(InvalidInput) as exc:
+        check()
+    return str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"commit": "abc123"}, lambda: validation.commit_sha("abc123")),
+        ({"payload": [1]}, lambda: validation.payload([1])),  # type: ignore[arg-type]
+        ({"project": "we\x1bb"}, lambda: validation.text("we\x1bb", "project")),
+        ({"after": [0]}, lambda: validation.job_ids([0], "after")),
+        ({"node": ""}, lambda: validation.optional_text("", "node")),
+    ],
+)
+def test_bad_input_gets_the_clis_message(
+    api: httpx.Client, token: Token, fields: dict[str, object], expected: Callable[[], object]
+) -> None:
+    answer = api.post("/v1/jobs", json=_job(**fields), headers=_auth(token("submitter", "ci")))
+    assert answer.status_code == 400
+    assert answer.json()["error"] == {"type": "invalid_input", "message": _cli_message(expected)}
+
+
+def test_malformed_requests_are_refused_by_field_without_echoing_them(
+    api: httpx.Client, token: Token
+) -> None:
+    ci = _auth(token("submitter", "ci"))
+    cases = {
+        b'{"project": "webapp"': "the request body is not valid JSON",
+        b'{"project": "webapp", "operation": "unit"}': "commit is required",
+        b"[1, 2]": "the request body must be a JSON object (Content-Type: application/json)",
+    }
+    for body, message in cases.items():
+        answer = api.post(
+            "/v1/jobs", content=body, headers={**ci, "Content-Type": "application/json"}
+        )
+        assert (answer.status_code, answer.json()["error"]["message"]) == (400, message)
+    unknown = api.post("/v1/jobs", json=_job(project="nope"), headers=ci)
+    assert unknown.status_code == 422 and unknown.json()["error"]["type"] == "not_allowed"
+    assert api.get("/v1/jobs/0", headers=ci).status_code == 400
+    assert api.get("/v1/jobs/424242", headers=ci).json()["error"] == {
+        "type": "not_found",
+        "message": "no job 424242",
+    }
+
+
+def test_request_bodies_over_the_limit_are_refused_before_they_are_read(
+    api: httpx.Client, token: Token
+) -> None:
+    ci = _auth(token("submitter", "ci"))
+    big = _job(payload={"blob": "x" * MaxBody})
+    declared = api.post("/v1/jobs", json=big, headers=ci)
+    assert declared.status_code == 413, declared.text
+    assert declared.json()["error"]["type"] == "request_too_large"
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit counts what arrives
+        yield b'{"project": "webapp", "payload": {"blob": "'
+        for _ in range(MaxBody // 512 + 2):
+            yield b"x" * 512
+        yield b'"}}'
+
+    streamed = api.post("/v1/jobs", content=chunks(), headers=ci)
+    assert streamed.status_code == 413, streamed.text
+    fits = api.post("/v1/jobs", json=_job(payload={"blob": "x" * 100}), headers=ci)
+    assert fits.status_code == 201
+
+
+def test_trace_context_from_the_header_reaches_the_job(api: httpx.Client, token: Token) -> None:
+    ci = _auth(token("submitter", "ci"))
+    traced = api.post("/v1/jobs", json=_job(), headers={**ci, "traceparent": TRACE}).json()
+    assert traced["warnings"] == []
+    assert api.get(f"/v1/jobs/{traced['job_id']}", headers=ci).json()["traceparent"] == TRACE
+    # a malformed header is ignored, as W3C asks of a receiver, and the answer says so
+    garbled = api.post("/v1/jobs", json=_job(), headers={**ci, "traceparent": "00-zz"}).json()
+    assert garbled["warnings"][0].startswith("ignored the traceparent header")
+    assert api.get(f"/v1/jobs/{garbled['job_id']}", headers=ci).json()["traceparent"] is None
+
+
+def test_dependencies_and_results_by_project_and_commit(
+    api: httpx.Client, token: Token, sha: str
+) -> None:
+    ci = _auth(token("submitter", "ci"))
+    nothing = api.get(f"/v1/results/webapp/{sha.upper()}", headers=ci).json()
+    assert (nothing["status"], nothing["commit"], nothing["operations"]) == ("pending", sha, [])
+    first = api.post("/v1/jobs", json=_job(commit=sha), headers=ci).json()["job_id"]
+    then = api.post(
+        "/v1/jobs", json=_job(commit=sha, operation="browser", after=[first]), headers=ci
+    ).json()
+    assert then["state"] == "waiting"
+    assert api.get(f"/v1/jobs/{then['job_id']}", headers=ci).json()["waiting_on"] == [first]
+    live = api.get(f"/v1/results/webapp/{sha}?operation=unit", headers=ci).json()
+    assert live["status"] == "pending" and live["operations"][0]["status"] == "live"
+    # the first is cancelled: its dependent is cancelled naming it, and both are verdicts
+    assert api.post(f"/v1/jobs/{first}/cancel", headers=ci).status_code == 200
+    dependent = api.get(f"/v1/jobs/{then['job_id']}", headers=ci).json()
+    assert dependent["state"] == "cancelled"
+    assert f"dependency failed: job {first}" in dependent["cancel_reason"]
+    done = api.get(f"/v1/results/webapp/{sha}", headers=ci).json()
+    assert done["status"] == "failed"
+    assert {o["status"] for o in done["operations"]} == {"cancelled"}
+    unknown = api.get(f"/v1/results/nope/{SHA}", headers=ci)
+    assert unknown.status_code == 422
+    short = api.get("/v1/results/webapp/abc", headers=ci)
+    assert short.status_code == 400
+
+
+def test_the_openapi_document_describes_every_route_and_the_bearer_scheme(
+    api: httpx.Client,
+) -> None:
+    doc = api.get("/openapi.json").json()
+    assert set(doc["paths"]) == {
+        "/v1/jobs",
+        "/v1/jobs/{job_id}",
+        "/v1/jobs/{job_id}/cancel",
+        "/v1/results/{project}/{commit}",
+        "/v1/whoami",
+        "/v1/health",
+    }
+    assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    submit = doc["paths"]["/v1/jobs"]["post"]
+    assert {"201", "200", "400", "401", "403", "409", "422", "503"} <= set(submit["responses"])
+    assert api.get("/v1/health").json()["status"] == "ok"
+
+
+def test_the_api_refuses_to_start_on_a_database_it_does_not_match(empty_dsn: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fleetq", "--dsn", empty_dsn, "api", "--listen", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 78, done.stderr
+    assert "fleetq migrate" in done.stderr
+
+
+def test_tokens_are_shown_once_kept_as_a_hash_and_revoked_by_name(
+    cli: Cli, sync_conn: SyncConnection, tmp_path: Path
+) -> None:
+    path = tmp_path / "ci.token"
+    code, out, _ = cli("tokens", "add", "submitter", "ci-bot", "--token-file", str(path))
+    assert code == 0, out
+    secret = path.read_text().strip()
+    assert secret.startswith("fq_") and secret not in out
+    assert path.stat().st_mode & 0o777 == 0o600
+    stored = sync_conn.execute("SELECT token_sha256 FROM fleetq.api_tokens").fetchone()
+    assert stored == (tokens.digest(secret),)
+    # an existing file is never overwritten, and then no token is made either
+    code, _, err = cli("tokens", "add", "operator", "ops", "--token-file", str(path))
+    assert code == 64 and "exists" in err
+    assert path.read_text().strip() == secret
+    code, out, _ = cli("tokens", "list")
+    assert "ci-bot" in out and "ops" not in out and secret not in out
+    code, printed, _ = cli("tokens", "add", "reader", "dash", "--token-file", "-")
+    assert code == 0 and printed.strip().startswith("fq_")
+    code, _, err = cli("tokens", "add", "runner", "a/b")
+    assert code == 64, err
+    assert cli("tokens", "revoke", "ci-bot")[0] == 0
+    assert cli("tokens", "revoke", "ci-bot")[0] == 65
+    rows = sync_conn.execute("SELECT name FROM fleetq.api_tokens ORDER BY name").fetchall()
+    assert rows == [("dash",)]
