@@ -17,8 +17,7 @@ from fleetq.core.models import Outcome, OutcomeReport
 from tests import factories, fleet
 from tests.e2e.conftest import wait_until
 from tests.fleet import SHA
-from tests.integration.conftest import Cli
-from tests.integration.test_roles import Login, login  # noqa: F401 (a fixture)
+from tests.integration.conftest import Cli, Login
 
 
 async def test_an_operation_with_live_jobs_is_kept_and_one_without_is_removed(
@@ -166,7 +165,7 @@ async def test_only_an_offline_runner_holding_nothing_is_forgotten(
     assert runner in cli("runners")[1]
 
 
-async def test_forgetting_is_an_operators_lever(login: Login, driver: Driver) -> None:  # noqa: F811
+async def test_forgetting_is_an_operators_lever(login: Login, driver: Driver) -> None:
     runner = await fleet.runner(driver, "r2", node="node-b")
     await _silence(driver, runner)
     as_reader = await AsyncpgDriver.connect(login(roles.Kind.READER, "dashboard"))
