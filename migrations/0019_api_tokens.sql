@@ -4,8 +4,8 @@
 -- - fleetq.api_tokens keeps a token's SHA-256 only: the token itself is shown once, when
 --   it is made (`fleetq tokens add`), and never stored.
 -- - The API server puts the caller's token in the transaction-local setting
---   `fleetq.token`; fleetq.caller() (protocol/roles.sql) then answers the token's kind and
---   identity, so every entry point's checks (a submitter submits as itself, cancels only
+--   `fleetq.token` (fleetq.act_for_token); fleetq.caller() (protocol/roles.sql) then
+--   answers the token's kind and identity, so every entry point's checks (a submitter submits as itself, cancels only
 --   its own jobs; a reader writes nothing) hold over HTTP exactly as for a login.
 -- - A gateway login may act only for a token's holder: without a valid token every entry
 --   point refuses it. A compromised API server can act only for the callers that present
@@ -49,7 +49,5 @@ SELECT privilege, object, 'fleetq_gateway' FROM fleetq.grants
 WHERE grantee = 'fleetq_submitter'
 ON CONFLICT DO NOTHING;
 
-INSERT INTO fleetq.grants (privilege, object, grantee)
-SELECT 'EXECUTE', 'FUNCTION fleetq.whoami()', g
-FROM unnest(ARRAY['fleetq_runner', 'fleetq_submitter', 'fleetq_operator', 'fleetq_reader',
-                  'fleetq_gateway']) g;
+INSERT INTO fleetq.grants (privilege, object, grantee) VALUES
+    ('EXECUTE', 'FUNCTION fleetq.act_for_token(text)', 'fleetq_gateway');

@@ -67,8 +67,7 @@ class Gateway:
                 conn.transaction(),
             ):
                 driver = AsyncpgDriver(conn)
-                await driver.fetch(queries.sql("tokens_present"), token)
-                rows = await driver.fetch(queries.sql("tokens_whoami"))
+                rows = await driver.fetch(queries.sql("tokens_act_for"), token)
                 yield driver, Caller(kind=rows[0]["kind"], identity=rows[0]["subject"])
 
     async def schema_version(self) -> int:

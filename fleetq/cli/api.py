@@ -73,7 +73,10 @@ def _serve(args: argparse.Namespace) -> int:
     with connect(dsn) as conn:  # a wrong database is refused now, with the fix named
         migrate.require_current(conn)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says
+    # TCP, and without it every keep-alive response waited ~40 ms on Nagle and the
+    # client's delayed ACK (measured: 44 ms p50 per request, 0.5 ms with it)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -28,7 +28,7 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Header
 
 from fleetq.console import screen
-from fleetq.console.dialogs import CommandLine, Confirm, DrainForm, Help
+from fleetq.console.dialogs import CommandLine, Confirm, DrainForm, Help, ReasonForm
 from fleetq.console.live import Follower
 from fleetq.console.messages import (
     Acted,
@@ -49,11 +49,12 @@ from fleetq.console.views.lanes import LanesView
 from fleetq.console.views.overlaps import OverlapsView
 from fleetq.console.views.overview import OverviewView
 from fleetq.console.views.runners import RunnersView
+from fleetq.console.views.schedules import SchedulesView
 from fleetq.core.errors import FleetqError, NotFound
 from fleetq.core.models import JobId, RunnerState
 from fleetq.core.views import JobFilter, Overview
 
-VIEWS = ("overview", "lanes", "jobs", "detail", "runners", "events", "overlaps")
+VIEWS = ("overview", "lanes", "jobs", "detail", "runners", "events", "overlaps", "schedules")
 ACTIONS = frozenset({"cancel_jobs", "runner_state"})
 EVENT_BATCH = 1000
 EVENT_LOOKBACK = 200  # ids re-read behind the newest seen (late commits)
@@ -148,6 +149,7 @@ class ConsoleApp(App[None]):
             yield RunnersView(id="runners")
             yield EventsView(id="events")
             yield OverlapsView(id="overlaps")
+            yield SchedulesView(id="schedules")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -205,6 +207,7 @@ class ConsoleApp(App[None]):
             overview = await self.source.overview(at)
             page = await self.source.page(self.where, at) if self.current == "jobs" else None
             overlaps = await self.source.overlaps() if self.current == "overlaps" else None
+            listed = await self.source.schedules(at) if self.current == "schedules" else None
             detail = None
             if self.current == "detail" and self.detail_job is not None:
                 try:
@@ -229,7 +232,16 @@ class ConsoleApp(App[None]):
             self.post_message(Loaded.failed(epoch))
             return
         self.post_message(
-            Loaded(overview, page, detail, events, resync=full, epoch=epoch, overlaps=overlaps)
+            Loaded(
+                overview,
+                page,
+                detail,
+                events,
+                resync=full,
+                epoch=epoch,
+                overlaps=overlaps,
+                schedules=listed,
+            )
         )
 
     @property
@@ -258,6 +270,8 @@ class ConsoleApp(App[None]):
             self.query_one(JobsView).show(loaded.page, overview.now)
         if loaded.overlaps is not None and self.current == "overlaps":
             self.query_one(OverlapsView).show(loaded.overlaps, overview.now)
+        if loaded.schedules is not None and self.current == "schedules":
+            self.query_one(SchedulesView).show(loaded.schedules, overview.now)
         detail = loaded.detail
         if detail is not None and self.current == "detail" and detail.job.id == self.detail_job:
             self.query_one(DetailView).show(detail, overview.now)
@@ -571,8 +585,15 @@ class ConsoleApp(App[None]):
         )
 
     def action_runner_state(self, state: str) -> None:
-        """Drain (with a reason and a preview), pause or resume the selected runner."""
+        """Drain (with a reason and a preview), pause or resume the selected runner; in
+        the schedules view, pause (with a reason) or resume the selected schedule."""
         if not self._acting_allowed("runner_state"):
+            return
+        if self.current == "schedules":
+            if state != RunnerState.DRAINING:
+                self._schedule_state(paused=state == RunnerState.PAUSED)
+            else:
+                self.notify("a schedule is paused (p) or resumed (u)", severity="warning")
             return
         runner = self.query_one(RunnersView).selected()
         if runner is None:
@@ -629,6 +650,54 @@ class ConsoleApp(App[None]):
             return
         self.post_message(Acted(f"{runner} is now {written.value} ({reason})"))
 
+    def _schedule_state(self, *, paused: bool) -> None:
+        chosen = self.query_one(SchedulesView).selected()
+        if chosen is None:
+            self.notify("no schedule selected", severity="warning")
+            return
+        if (chosen.paused_at is not None) == paused:
+            self.notify(
+                f"schedule {clean(chosen.name)} is already {'paused' if paused else 'firing'}",
+                severity="warning",
+                markup=False,
+            )
+            return
+        name = chosen.name
+        if not paused:
+            body = Text("Resume schedule ")
+            body.append(clean(name), style="bold")
+            body.append(": it fires from the next tick on; the ticks of the pause are not fired.")
+
+            def confirmed(yes: bool | None) -> None:
+                if yes and self._acting_allowed("runner_state"):
+                    self._pause_schedule(name, False, "")
+
+            self.push_screen(Confirm(f"Resume {clean(name)}?", body), confirmed)
+            return
+
+        def reasoned(reason: str | None) -> None:
+            if reason is not None and self._acting_allowed("runner_state"):
+                self._pause_schedule(name, True, reason)
+
+        self.push_screen(
+            ReasonForm(
+                f"Pause schedule {clean(name)}",
+                "It fires nothing until resumed; jobs it fired already are untouched.",
+                "Pause",
+            ),
+            reasoned,
+        )
+
+    @work(group="act", exit_on_error=False)
+    async def _pause_schedule(self, name: str, paused: bool, reason: str) -> None:
+        try:
+            await self.source.pause_schedule(name, paused, reason, self.actor)
+        except FleetqError as exc:
+            self.post_message(Acted(f"schedule {name}: {exc}", error=True))
+            return
+        done = f"paused ({reason})" if paused else "resumed"
+        self.post_message(Acted(f"schedule {name} {done}"))
+
     @on(Acted)
     def _acted(self, acted: Acted) -> None:
         self.notify(
@@ -640,7 +709,7 @@ class ConsoleApp(App[None]):
 
 _ACTION_VIEWS: dict[str, tuple[str, ...]] = {
     "cancel_jobs": ("jobs", "detail"),
-    "runner_state": ("runners",),
+    "runner_state": ("runners", "schedules"),
 }
 _ACTION_NAMES = {"cancel_jobs": "cancel", "runner_state": "drain, pause and resume"}
 
@@ -672,6 +741,7 @@ VIEWS_TITLE = {
     "runners": "runners",
     "events": "events",
     "overlaps": "overlaps",
+    "schedules": "schedules",
 }
 
 

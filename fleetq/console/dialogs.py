@@ -131,8 +131,56 @@ class DrainForm(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class ReasonForm(ModalScreen[str | None]):
+    """An action that records why (pausing a schedule): the reason is required."""
+
+    DEFAULT_CSS = _css("ReasonForm")
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "No", priority=True)]
+
+    def __init__(self, title: str, effect: str, verb: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.effect = effect
+        self.verb = verb
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Text(self.title_text, style="bold"))
+            yield Static(Text(self.effect))
+            yield Input(placeholder="reason (required, recorded with your name)", id="reason")
+            yield Static(Text(f"Enter: {self.verb.lower()}    Esc: cancel", style="dim"))
+            with Horizontal(classes="buttons"):
+                yield Button(self.verb, id="yes", variant="error")
+                yield Button("No", id="no", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#reason", Input).focus()
+
+    def _answer(self) -> None:
+        reason = self.query_one("#reason", Input).value.strip()
+        if not reason:
+            self.notify("a reason is required", severity="warning")
+            return
+        self.dismiss(reason)
+
+    @on(Input.Submitted, "#reason")
+    def _submitted(self) -> None:
+        self._answer()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "yes":
+            self._answer()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 HELP = """\
 Views        1 overview  2 lanes  3 jobs  4 job detail  5 runners  6 events  7 overlaps
+             8 schedules
              :name switches too (:overview :lanes :jobs :runners :events :overlaps :quit),
              :job 42 (or :42) opens a job's detail;  Esc or Backspace goes back
 Moving       arrows or j/k, PageUp/PageDown, g/Home first row, G/End last row
@@ -144,6 +192,7 @@ Jobs         / filter: lane: state: project: runner: reassigned>0 lost>0, and on
 Events       / filter by words (Esc clears it)   Enter opens the event's job
 Job detail   / shows only the output lines holding a word (Esc shows all again)
 Overlaps     every window two executions of one job ran at once; Enter opens the job
+Schedules    next tick, last job fired (Enter opens it); p pause (a reason), u resume
 Drill down   Enter on a runner: its jobs (e: its events); Enter on a lane: its jobs
 Lanes        the highlighted lane's runners (who can claim its work now, why not the
              others) and its queue depth and wait by class, a column a minute, 60 min
@@ -182,6 +231,7 @@ class Help(ModalScreen[None]):
 COMMANDS = [
     *(f":{view}" for view in ("overview", "lanes", "jobs", "detail", "runners", "events")),
     ":overlaps",
+    ":schedules",
     ":quit",
     ":job ",
     *(

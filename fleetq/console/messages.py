@@ -8,6 +8,7 @@ from datetime import datetime
 from textual.message import Message
 
 from fleetq.core.models import Event, JobId
+from fleetq.core.schedules import Listed
 from fleetq.core.stats import Overlap
 from fleetq.core.views import JobDetail, JobPage, Overview
 
@@ -37,10 +38,12 @@ class Loaded(Message):
         resync: bool,
         epoch: int,
         overlaps: list[Overlap] | None = None,
+        schedules: list[Listed] | None = None,
     ) -> None:
         super().__init__()
         self.epoch = epoch  # the outage count when the read began
         self.overlaps = overlaps
+        self.schedules = schedules
         self.overview = overview
         self.page = page
         self.detail = detail

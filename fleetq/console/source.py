@@ -12,10 +12,11 @@ from datetime import datetime
 
 import asyncpg
 
-from fleetq.core import eligibility, fleet, migrate, producer, readers, stats, views
+from fleetq.core import eligibility, fleet, migrate, producer, readers, schedules, stats, views
 from fleetq.core.db import as_uri
 from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg
 from fleetq.core.models import CancelResult, Event, JobId, JobState, RunnerState
+from fleetq.core.schedules import Listed
 from fleetq.core.stats import Overlap
 from fleetq.core.views import JobDetail, JobFilter, JobPage, Overview
 
@@ -75,6 +76,15 @@ class Source:
     async def overlaps(self) -> list[Overlap]:
         """Every overlap window, oldest first."""
         return await stats.overlaps(self._db)
+
+    async def schedules(self, at: datetime) -> list[Listed]:
+        """Every schedule with its next tick after `at` and its last job, as `fleetq
+        schedules` shows them."""
+        return await schedules.listed(self._db, at)
+
+    async def pause_schedule(self, name: str, paused: bool, reason: str, actor: str) -> None:
+        """Pause (with a reason) or resume a schedule, as `fleetq schedules pause`."""
+        await schedules.pause(self._db, name=name, paused=paused, reason=reason, actor=actor)
 
     async def events(self, after: int | None, limit: int = 500) -> list[Event]:
         """New events after an id (or the newest `limit` on first load)."""

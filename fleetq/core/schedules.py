@@ -169,10 +169,13 @@ class Listed(BaseModel):
     next_tick: datetime | None = None  # None while paused
 
 
-async def listed(driver: Driver) -> list[Listed]:
-    """Every schedule, with its next tick (from the database's clock) and its last job."""
-    (row,) = await driver.fetch(queries.sql("views_now"))
-    now: datetime = row["now"]
+async def listed(driver: Driver, now: datetime | None = None) -> list[Listed]:
+    """Every schedule, with its next tick (after `now`, by default the database's clock)
+    and its last job."""
+    if now is None:
+        (row,) = await driver.fetch(queries.sql("views_now"))
+        now = row["now"]
+    assert now is not None
     found = [Listed.model_validate(r) for r in await driver.fetch(queries.sql("schedules_list"))]
     return [
         s

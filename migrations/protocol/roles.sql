@@ -48,15 +48,20 @@ BEGIN
 END;
 $function$;
 
--- The caller as fleetq sees it: what the HTTP API authenticates a request with.
-CREATE OR REPLACE FUNCTION fleetq.whoami()
+-- Act for the holder of `p_token` for the rest of the transaction, and say who that is:
+-- what the HTTP API runs first in each request's transaction (one round trip). The
+-- setting outlives this function (its SET clause restores search_path only); caller()
+-- refuses an unknown or revoked token, and any login but a gateway or an administrator.
+CREATE OR REPLACE FUNCTION fleetq.act_for_token(p_token text)
  RETURNS TABLE(kind text, subject text)
- LANGUAGE sql
- STABLE
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT c.kind, c.subject FROM fleetq.caller() c;
+BEGIN
+    PERFORM set_config('fleetq.token', coalesce(p_token, ''), true);
+    RETURN QUERY SELECT c.kind, c.subject FROM fleetq.caller() c;
+END;
 $function$;
 
 -- The runner id a call may act as: the caller's own (a runner login naming another is

@@ -254,7 +254,25 @@ def build(conn: SyncConnection) -> dict[str, int]:
         )
     conn.execute("UPDATE fleetq.runners SET stale_rejections = 1 WHERE id = $1", [edge1])
     _queue_history(conn)
+    _schedules(conn, ids["queued0"])
     return ids
+
+
+def _schedules(conn: SyncConnection, fired: int) -> None:
+    """A nightly schedule that fired `fired` at 02:00 Berlin time, and a paused hourly one."""
+    conn.execute(
+        "INSERT INTO fleetq.schedules (name, cron, timezone, project, operation, commit_sha, "
+        "branch, last_tick, paused_at, paused_by, paused_reason) VALUES "
+        "('nightly', '0 2 * * *', 'Europe/Berlin', 'tools', 'lint', $1, NULL, $2, NULL, NULL, "
+        "NULL), ('hourly', '0 * * * *', 'UTC', 'webapp', 'unit', NULL, 'main', $3, $3, 'ops', "
+        "'repository moving')",
+        [factories.SHA, datetime(2026, 11, 29, 1, 0, tzinfo=UTC), at(-3600)],
+    )
+    conn.execute(
+        "INSERT INTO fleetq.schedule_ticks (schedule, tick, job_id, fired_at) "
+        "VALUES ('nightly', $1, $2, $1)",
+        [datetime(2026, 11, 29, 1, 0, tzinfo=UTC), fired],
+    )
 
 
 def _queue_history(conn: SyncConnection) -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from fleetq.console.dialogs import Confirm, DrainForm
+from typing import Any
+
+from textual.widgets import DataTable
+
+from fleetq.console.dialogs import Confirm, DrainForm, ReasonForm
 from fleetq.console.views.jobs import JobsView
 from fleetq.console.views.runners import RunnersView
 from fleetq.core.db import connect
@@ -192,3 +196,52 @@ async def test_finished_jobs_are_not_offered_for_cancel(fleet: tuple[str, dict[s
         body = str(app.screen.body)
         assert f"Cancel 1 job: {ids['queued0']} —" in body and "Skipping 1 finished." in body
         await pilot.press("n")
+
+
+def _schedule(dsn: str, name: str) -> tuple[object, ...]:
+    with connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT paused_at IS NOT NULL, paused_reason, paused_by FROM fleetq.schedules "
+            "WHERE name = $1",
+            [name],
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+async def test_the_schedules_view_pauses_with_a_reason_resumes_and_opens_the_last_job(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    dsn, ids = fleet  # the scenario's nightly fired queued0; its hourly is paused
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "8")
+        table: DataTable[Any] = app.query_one("#schedules-table", DataTable)
+        rows = {str(table.get_cell(r.key, "name")): r.key for r in table.ordered_rows}
+        assert set(rows) == {"hourly", "nightly"}
+        assert str(table.get_cell(rows["hourly"], "commit")) == "head of main"
+        assert str(table.get_cell(rows["nightly"], "last")).startswith(f"job {ids['queued0']}")
+        assert str(table.get_cell(rows["hourly"], "last")) == "never"
+        assert "paused by ops: repository moving" in str(table.get_cell(rows["hourly"], "next"))
+        assert "next tick" not in str(table.get_cell(rows["nightly"], "next"))
+        # the next 02:00 in Berlin after the pinned clock (12:00 UTC, 29 Nov): 01:00 UTC
+        assert "(in 13h00m)" in str(table.get_cell(rows["nightly"], "next"))
+        table.move_cursor(row=table.get_row_index(rows["nightly"]))
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, ReasonForm))
+        await pilot.press("enter")  # a reason is required: the form stays
+        assert isinstance(app.screen, ReasonForm)
+        await pilot.press(*"repo move", "enter")
+        await until(pilot, lambda: _schedule(dsn, "nightly")[0] is True)
+        assert _schedule(dsn, "nightly") == (True, "repo move", "operator")
+        await show(pilot, "r")
+        assert "paused by operator: repo move" in str(table.get_cell(rows["nightly"], "next"))
+        await pilot.press("u")
+        await until(pilot, lambda: isinstance(app.screen, Confirm))
+        await pilot.press("y")
+        await until(pilot, lambda: _schedule(dsn, "nightly")[0] is False)
+        await show(pilot, "r")
+        table.move_cursor(row=table.get_row_index(rows["nightly"]))
+        await pilot.press("enter")
+        await until(pilot, lambda: app.current == "detail")
+        assert app.detail_job == ids["queued0"]

@@ -60,6 +60,7 @@ CASES: dict[str, tuple[dict[str, Any], Steps]] = {
     "runners": ({}, _view("5")),
     "events": ({}, _view("6")),
     "overlaps": ({}, _view("7")),
+    "schedules": ({}, _view("8")),
     "confirm_cancel": ({}, _confirm_cancel),
     "drain": ({}, _drain),
     "help": ({}, _help),

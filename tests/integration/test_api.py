@@ -155,11 +155,17 @@ def _job(**fields: object) -> dict[str, object]:
 
 
 def _presenting(
-    conn: psycopg.Connection[tuple[object, ...]], secret: str, query: str
+    conn: psycopg.Connection[tuple[object, ...]], secret: str, query: str, *, raw: bool = False
 ) -> tuple[object, ...]:
-    """Run `query` (on SHA) in a transaction that presents `secret`, as the API does."""
+    """Run `query` (on SHA) in a transaction that presents `secret` as the API does, or
+    (`raw`) by setting `fleetq.token` directly, which any login can try."""
+    present = (
+        "SELECT set_config('fleetq.token', $1, true)"
+        if raw
+        else "SELECT * FROM fleetq.act_for_token($1)"
+    )
     with conn.transaction(), psycopg.RawCursor(conn) as cursor:
-        cursor.execute("SELECT set_config('fleetq.token', $1, true)", [secret])
+        cursor.execute(present.encode(), [secret])
         cursor.execute(query.encode(), [SHA])
         row = cursor.fetchone()
     assert row is not None
@@ -178,6 +184,8 @@ def test_a_gateway_login_acts_only_for_a_token(
             cursor.execute(submit, [SHA])
         with pytest.raises(psycopg.Error, match="invalid or revoked API token"):
             _presenting(conn, "fq_guess", submit)
+        with pytest.raises(psycopg.Error, match="invalid or revoked API token"):
+            _presenting(conn, "fq_guess", submit, raw=True)
         job = _presenting(conn, secret, submit)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             cursor.execute("SELECT * FROM fleetq.api_tokens")
@@ -196,8 +204,9 @@ def test_a_gateway_login_acts_only_for_a_token(
     try:
         with psycopg.connect(login_dsn(api_db, name), autocommit=True) as conn:
             cursor = psycopg.RawCursor(conn)
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                _presenting(conn, secret, submit)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+                _presenting(conn, secret, submit, raw=True)
+            assert "cannot act for an API token" in str(refused.value)
     finally:
         roles.remove(admin, name)
 

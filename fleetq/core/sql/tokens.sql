@@ -16,12 +16,9 @@ ORDER BY kind, name;
 -- $1 name
 DELETE FROM fleetq.api_tokens WHERE name = $1::text RETURNING name;
 
--- name: tokens_present
--- Make the caller the holder of this token for the rest of the transaction; every entry
--- point's checks then apply to that identity (protocol/roles.sql, fleetq.caller).
+-- name: tokens_act_for
+-- Act as the holder of this token for the rest of the transaction (every entry point's
+-- checks then apply to that identity: protocol/roles.sql); answers who that is, or
+-- refuses (FQ007) an unknown or revoked token.
 -- $1 the token as the caller sent it
-SELECT set_config('fleetq.token', $1::text, true);
-
--- name: tokens_whoami
--- Who the transaction acts as; refuses (FQ007) an unknown or revoked token.
-SELECT kind, subject FROM fleetq.whoami();
+SELECT kind, subject FROM fleetq.act_for_token($1::text);
