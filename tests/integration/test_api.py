@@ -27,6 +27,7 @@ from fleetq.core.db import SyncConnection, connect, with_database
 from fleetq.core.errors import InvalidInput
 from tests import fleet
 from tests.conftest import create_database, drop_database
+from tests.faults.proxy import fault_proxy
 from tests.fleet import OTHER_SHA, SHA
 from tests.integration.conftest import Cli, login_dsn
 from tests.locks import wait_for
@@ -461,3 +462,32 @@ def test_tokens_are_shown_once_kept_as_a_hash_and_revoked_by_name(
     assert cli("tokens", "revoke", "ci-bot")[0] == 65
     rows = sync_conn.execute("SELECT name FROM fleetq.api_tokens ORDER BY name").fetchall()
     assert rows == [("dash",)]
+
+
+def test_the_api_answers_503_while_the_database_is_away_and_recovers(
+    api_db: str, token: Token
+) -> None:
+    """Every connection reset (a restart, a cut link): each call answers 503 with
+    Retry-After, health says unavailable, and the same process serves again after."""
+    with (
+        fault_proxy(api_db) as proxy,
+        serving(proxy.dsn) as base,
+        httpx.Client(base_url=base, timeout=30) as api,
+    ):
+        ci = _auth(token("submitter", "ci"))
+        assert api.post("/v1/jobs", json=_job(), headers=ci).status_code == 201
+        proxy.degrade(drop=1.0)
+        down = api.get("/v1/health")
+        assert (down.status_code, down.json()["status"]) == (503, "unavailable")
+        refused = api.post("/v1/jobs", json=_job(), headers=ci)
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["Retry-After"] == "1"
+        assert refused.json()["error"]["type"] == "connection_failed"
+        proxy.degrade()
+        proxy.heal()
+
+        def healthy() -> bool:
+            return api.get("/v1/health").status_code == 200
+
+        wait_for(healthy, "health after the outage", deadline_s=30)
+        assert api.post("/v1/jobs", json=_job(), headers=ci).status_code == 201
