@@ -42,6 +42,7 @@ LIST = ROOT / "scripts" / "mutants.toml"
 # before the first failure); the state machine, the slowest, last.
 TESTS = (
     "tests/integration/test_database_clock.py",
+    "tests/integration/test_claim_writes.py",
     "tests/integration/test_leases.py",
     "tests/integration/test_dependencies.py",
     "tests/integration/test_aging.py",

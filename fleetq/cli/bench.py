@@ -5,8 +5,8 @@ dropped), starts real `fleetq-runner` processes, and reads every figure back fro
 database time (claimed_at, finished_at), so the probe measures the queue, not the
 probe. Two phases:
 
-1. throughput: N jobs enqueued in one transaction while the runners wait, then drained;
-   jobs/s = N / (last outcome - first claim);
+1. throughput: N jobs enqueued in one bulk submit while the runners wait (its rate is
+   `enqueue_jobs_per_s`), then drained; jobs/s = N / (last outcome - first claim);
 2. latency: jobs submitted one by one at a steady rate to idle runners;
    enqueue -> start percentiles (a handler's start is its claim).
 """
@@ -117,6 +117,7 @@ async def _measure(args: argparse.Namespace, dsn: str, work: Path) -> dict[str, 
             "succeeded": int(row["succeeded"]),
             "seconds": round(seconds, 3),
             "enqueue_seconds": round(enqueue_s, 3),
+            "enqueue_jobs_per_s": round(args.jobs / enqueue_s) if enqueue_s else None,
             "jobs_per_s": round(int(row["jobs"]) / seconds) if seconds else None,
         }
         latency = await _latency_phase(driver, args)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fleetq.cli.common import (
     Commands,
@@ -42,14 +43,21 @@ def register(commands: Commands) -> None:
 def _submit(commands: Commands) -> None:
     p = commands.add_parser(
         "submit",
-        help="submit a job: PROJECT OPERATION at an exact commit",
+        help="submit a job: PROJECT OPERATION at an exact commit (or a file of jobs)",
         description="Submit a job. The priority is derived (release-verification identities "
         "first, then release-gate projects, then the rest), never chosen. With --key, a "
         "repeat returns the existing job instead of making a second one.",
     )
-    p.add_argument("project")
-    p.add_argument("operation")
-    p.add_argument("--commit", required=True, metavar="SHA", help="the full 40-hex commit")
+    p.add_argument("project", nargs="?")
+    p.add_argument("operation", nargs="?")
+    p.add_argument("--commit", metavar="SHA", help="the full 40-hex commit")
+    p.add_argument(
+        "--from-file",
+        metavar="FILE",
+        help="submit every job of FILE (`-`: stdin) in one statement, all or nothing: JSON "
+        'lines, each {"project", "operation", "commit", and optionally "node", "key", '
+        '"task", "payload", "traceparent"}',
+    )
     p.add_argument("--node", help="run only on this node")
     p.add_argument("--key", help="idempotency key, unique per project")
     p.add_argument("--task", help="task id: its thread is notified of the outcome")
@@ -122,6 +130,10 @@ def _traceparent(args: argparse.Namespace) -> str | None:
 
 
 def _do_submit(args: argparse.Namespace) -> int:
+    if args.from_file is not None:
+        return _submit_file(args)
+    if not (args.project and args.operation and args.commit):
+        raise InvalidInput("give PROJECT OPERATION --commit SHA, or --from-file FILE")
     payload = _payload(args)
     key = f" with --key {args.key}, submitting again is safe" if args.key else ""
     args.interrupted_note = (
@@ -165,6 +177,82 @@ def _do_submit(args: argparse.Namespace) -> int:
     if answer.created:
         _warn_if_nobody_can(args, answer.job_id)
     return 0
+
+
+_FILE_FIELDS = {
+    "project": "project",
+    "operation": "operation",
+    "commit": "commit",
+    "node": "requested_node",
+    "key": "idempotency_key",
+    "task": "task_id",
+    "payload": "payload",
+    "traceparent": "traceparent",
+}
+
+
+def _submit_file(args: argparse.Namespace) -> int:
+    """`submit --from-file`: every job of a JSON-lines file in one statement."""
+    if args.project or args.operation or args.commit or args.after or args.payload:
+        raise InvalidInput("--from-file takes every job from the file: give no job on the line")
+    jobs, lines = _read_jobs(args.from_file)
+    args.interrupted_note = (
+        " while submitting: the file's jobs were queued all or none (`fleetq jobs` shows "
+        "which; with keys, submitting the file again is safe)"
+    )
+    try:
+        answers = run(args, lambda d: producer.submit_many(d, jobs, submitted_by=actor(args)))
+    except FleetqError as exc:
+        # the batch names a job by its position; a person wants the file's line
+        message = re.sub(r"^job (\d+):", lambda m: f"line {lines[int(m.group(1)) - 1]}:", str(exc))
+        raise type(exc)(f"{args.from_file}: {message}; nothing was queued") from exc
+    if args.json:
+        emit_json(answers)
+        return 0
+    made = sum(a.created for a in answers)
+    print(
+        f"{made} job(s) queued from {args.from_file}"
+        + (f"; {len(answers) - made} already existed for their keys" if made < len(answers) else "")
+    )
+    return 0
+
+
+def _read_jobs(name: str) -> tuple[list[producer.JobSpec], list[int]]:
+    """The jobs of a JSON-lines file (blank lines skipped) and each one's line number."""
+    if name == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = _read_payload_file(Path(name))
+        except InvalidInput as exc:
+            raise InvalidInput(str(exc).replace("--payload-file", "--from-file")) from None
+    jobs: list[producer.JobSpec] = []
+    lines: list[int] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(
+                f"{name}: line {number}: not valid JSON (column {exc.colno})"
+            ) from None
+        if not isinstance(value, dict):
+            raise InvalidInput(f"{name}: line {number}: a job is a JSON object")
+        unknown = sorted(set(value) - set(_FILE_FIELDS))
+        if unknown:
+            raise InvalidInput(
+                f"{name}: line {number}: unknown field {unknown[0]!r} "
+                f"(fields: {', '.join(_FILE_FIELDS)})"
+            )
+        missing = [f for f in ("project", "operation", "commit") if f not in value]
+        if missing:
+            raise InvalidInput(f"{name}: line {number}: {missing[0]} is required")
+        jobs.append(cast(producer.JobSpec, {_FILE_FIELDS[k]: v for k, v in value.items()}))
+        lines.append(number)
+    if not jobs:
+        raise InvalidInput(f"{name}: no job in it")
+    return jobs, lines
 
 
 def _warn_if_nobody_can(args: argparse.Namespace, job: JobId) -> None:

@@ -76,10 +76,35 @@ BEGIN
         RETURN;
     END IF;
 
+    -- A claim that finds nothing writes nothing. Most wake-ups find no work for this
+    -- runner (a submit's NOTIFY wakes every runner of its lane, and one takes the job),
+    -- and the lock below on the runner's row is a write: a transaction id, WAL, a dirtied
+    -- page. So first an unlocked look with what the runner's rows say now: no queued job
+    -- this runner could take, no claim. A job that becomes claimable after this look is
+    -- announced (NOTIFY on submit, requeue, release, a freed dependency) and wakes the
+    -- runner again; the look only ever skips work a locked claim would not find either.
+    SELECT * INTO r FROM fleetq.runners WHERE id = p_runner;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown runner %', p_runner USING ERRCODE = 'FQ004';
+    END IF;
+    SELECT rl.slots, rl.slots_used INTO l
+    FROM fleetq.runner_lanes rl WHERE rl.runner_id = p_runner AND rl.lane = p_lane;
+    IF NOT EXISTS (
+        SELECT 1 FROM fleetq.jobs j
+        WHERE j.state = 'queued' AND j.lane = p_lane
+          AND fleetq.eligible(j.capabilities, j.requested_node, j.memory_mb, j.cpu_millis,
+                              r.node, r.capabilities, r.state,
+                              fleetq.runner_is_stale(r.last_heartbeat_at),
+                              r.memory_mb - r.reserved_memory_mb,
+                              r.cpu_millis - r.reserved_cpu_millis, l.slots, l.slots_used))
+    THEN
+        RETURN;
+    END IF;
+
     -- Claims of one runner serialize on its row, so the free capacity read here is still
     -- free when the reservation below is written.
     SELECT * INTO r FROM fleetq.runners WHERE id = p_runner FOR UPDATE;
-    IF NOT FOUND THEN
+    IF NOT FOUND THEN  -- forgotten since the look above
         RAISE EXCEPTION 'unknown runner %', p_runner USING ERRCODE = 'FQ004';
     END IF;
     -- the runner's room in the lane, and whether a fleet-wide cap applies (one statement:

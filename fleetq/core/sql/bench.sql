@@ -1,12 +1,17 @@
 -- `fleetq bench`: enqueue fast, then read the figures back from database time.
 
 -- name: bench_enqueue
--- $1 jobs, through fleetq.submit (same checks, events and NOTIFYs as any submit)
+-- $1 jobs, in one bulk submit (fleetq.submit_many: the same checks, events and wake-ups
+-- as any submit, one statement)
 SELECT count(*) AS n
-FROM generate_series(1, $1::integer) i,
-     -- nullif(i, i) is NULL, but depends on i, so submit runs once per row
-     LATERAL fleetq.submit('bench', 'noop', repeat('0', 40), nullif(i, i)::text, NULL, NULL,
-                           'bench', '{}') s;
+FROM fleetq.submit_many(array_fill('bench'::text, ARRAY[$1::integer]),
+                        array_fill('noop'::text, ARRAY[$1::integer]),
+                        array_fill(repeat('0', 40), ARRAY[$1::integer]),
+                        array_fill(NULL::text, ARRAY[$1::integer]),
+                        array_fill(NULL::text, ARRAY[$1::integer]),
+                        array_fill(NULL::text, ARRAY[$1::integer]),
+                        array_fill('{}'::jsonb, ARRAY[$1::integer]),
+                        array_fill(NULL::text, ARRAY[$1::integer]), 'bench');
 
 -- name: bench_progress
 -- 1 while any job is still queued or live, else 0: two probes of partial indexes, so

@@ -7,6 +7,13 @@
 SELECT * FROM fleetq.submit($1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
                             $7::text, $8::text::jsonb, $9::bigint[], $10::text);
 
+-- name: jobs_submit_many
+-- One statement for a batch (protocol/submit.sql, submit_many); answers in input order.
+-- $1 projects, $2 operations, $3 commits, $4 requested nodes, $5 idempotency keys,
+-- $6 task ids, $7 payloads (JSON texts), $8 traceparents, $9 submitted by
+SELECT * FROM fleetq.submit_many($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                                 $6::text[], $7::text[]::jsonb[], $8::text[], $9::text);
+
 -- name: jobs_cancel
 -- $1 job, $2 actor, $3 reason
 SELECT * FROM fleetq.cancel($1::bigint, $2::text, $3::text);

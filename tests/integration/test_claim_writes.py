@@ -1,0 +1,48 @@
+"""A claim that finds nothing writes nothing (issue 18). Every submit's NOTIFY wakes
+every runner serving its lane and one of them takes the job; the others' claims used to
+lock their runner's row all the same, which is a write (a transaction id, WAL, a dirtied
+page) for nothing. Here each claim runs in a transaction of its own and
+`txid_current_if_assigned()` says whether it wrote anything (mutant
+claim-locks-before-looking)."""
+
+from __future__ import annotations
+
+from fleetq.core import producer
+from fleetq.core.db import SyncConnection, connect
+from fleetq.core.driver import Driver
+from tests import fleet
+from tests.fleet import SHA
+
+CLAIM = "SELECT job_id FROM fleetq.claim($1, $2, 8, gen_random_uuid())"
+
+
+def _claim_in_a_transaction(dsn: str, runner: str, lane: str) -> tuple[list[int], bool]:
+    """The jobs a claim took, and whether its transaction wrote anything."""
+    with connect(dsn) as conn:
+        taken = [row[0] for row in conn.execute(CLAIM.encode(), [runner, lane]).fetchall()]
+        row = conn.execute("SELECT txid_current_if_assigned() IS NOT NULL").fetchone()
+        conn.commit()
+    assert row is not None
+    return taken, bool(row[0])
+
+
+async def test_a_claim_that_finds_nothing_writes_nothing(
+    driver: Driver, db_dsn: str, sync_conn: SyncConnection
+) -> None:
+    fleet.operations(sync_conn)
+    runner = await fleet.runner(driver, "r1", lanes={"checks": 1, "control": 1})
+    # an empty lane
+    assert _claim_in_a_transaction(db_dsn, runner, "checks") == ([], False)
+    # a lane holding only work this runner can never run (a capability it lacks)
+    await producer.submit(
+        driver, project="webapp", operation="browser", commit=SHA, submitted_by="ci"
+    )
+    assert _claim_in_a_transaction(db_dsn, runner, "checks") == ([], False)
+    # work it can run is taken, and that claim writes
+    unit = await producer.submit(
+        driver, project="webapp", operation="unit", commit=SHA, submitted_by="ci"
+    )
+    assert _claim_in_a_transaction(db_dsn, runner, "checks") == ([unit.job_id], True)
+    # its one slot is now full: more work waits, and looking for it writes nothing
+    await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="ci")
+    assert _claim_in_a_transaction(db_dsn, runner, "checks") == ([], False)

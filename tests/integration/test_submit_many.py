@@ -1,0 +1,189 @@
+"""Bulk submit (issue 18): many jobs in one statement, under one submit's rules."""
+
+from __future__ import annotations
+
+import json
+import select
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from fleetq.core import producer, queries, roles
+from fleetq.core.db import SyncConnection
+from fleetq.core.driver import AsyncpgDriver, Driver
+from fleetq.core.errors import IdempotencyConflict, InvalidInput, NotAllowed
+from fleetq.core.producer import JobSpec
+from tests import fleet
+from tests.fleet import OTHER_SHA, SHA
+from tests.integration.conftest import Cli, Login
+
+
+@pytest.fixture
+def ops(sync_conn: SyncConnection) -> SyncConnection:
+    """The test fleet's projects and operations (the cli and login fixtures add them too)."""
+    fleet.operations(sync_conn)
+    return sync_conn
+
+
+def _count(conn: SyncConnection, table: str) -> int:
+    row = conn.execute(f"SELECT count(*) FROM fleetq.{table}".encode()).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_batch_is_one_submit_per_job_in_order(
+    driver: Driver, ops: SyncConnection, db_dsn: str
+) -> None:
+    sync_conn = ops
+    jobs: list[JobSpec] = [
+        {"project": "tools", "operation": "lint", "commit": SHA, "payload": {"n": n}}
+        for n in range(300)
+    ]
+    jobs.insert(7, {"project": "webapp", "operation": "notify", "commit": SHA.upper()})
+    with psycopg.connect(db_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN fleetq_work")
+        answers = await producer.submit_many(driver, jobs, submitted_by="ci")
+        lanes = _notified(listener)
+    assert len(answers) == 301 and all(a.created for a in answers)
+    ids = [a.job_id for a in answers]
+    assert ids == sorted(ids)  # input order
+    assert answers[7].priority_class == 1 and answers[0].priority_class == 2  # derived
+    rows = sync_conn.execute(
+        "SELECT id, lane, payload, commit_sha, submitted_by FROM fleetq.jobs ORDER BY id"
+    ).fetchall()
+    assert [r[0] for r in rows] == ids
+    assert rows[0][2] == {"n": 0} and rows[7][1] == "control" and rows[7][3] == SHA
+    assert {r[4] for r in rows} == {"ci"}
+    assert _count(sync_conn, "events") == 301
+    assert sorted(lanes) == ["checks", "control"]  # one wake-up per lane
+    release = await producer.submit_many(driver, jobs[:1], submitted_by="release-bot")
+    assert release[0].priority_class == 0
+
+
+def _notified(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """The payloads of what has arrived (a NOTIFY is delivered at its commit)."""
+    select.select([conn.fileno()], [], [], 5)
+    return [n.payload for n in conn.notifies(timeout=0.5)]
+
+
+async def test_keys_answer_their_jobs_and_a_conflict_writes_nothing(
+    driver: Driver, ops: SyncConnection
+) -> None:
+    sync_conn = ops
+    first = await producer.submit(
+        driver,
+        project="tools",
+        operation="lint",
+        commit=SHA,
+        submitted_by="ci",
+        idempotency_key="k1",
+    )
+    same: JobSpec = {
+        "project": "tools",
+        "operation": "lint",
+        "commit": SHA,
+        "idempotency_key": "k1",
+    }
+    fresh: JobSpec = {
+        "project": "tools",
+        "operation": "lint",
+        "commit": SHA,
+        "idempotency_key": "k2",
+    }
+    answers = await producer.submit_many(driver, [fresh, same, fresh], submitted_by="ci")
+    assert [a.created for a in answers] == [True, False, False]
+    assert answers[1].job_id == first.job_id and answers[2].job_id == answers[0].job_id
+    before = _count(sync_conn, "jobs")
+    other: JobSpec = {**same, "commit": OTHER_SHA}
+    with pytest.raises(IdempotencyConflict, match="job 2: idempotency key already names job"):
+        await producer.submit_many(
+            driver,
+            [{"project": "tools", "operation": "lint", "commit": SHA}, other],
+            submitted_by="ci",
+        )
+    assert _count(sync_conn, "jobs") == before
+
+
+async def test_a_bad_job_is_named_and_nothing_is_queued(
+    driver: Driver, ops: SyncConnection
+) -> None:
+    sync_conn = ops
+    good: JobSpec = {"project": "tools", "operation": "lint", "commit": SHA}
+    with pytest.raises(InvalidInput, match=r"^job 2: commit must be a full 40-character hex"):
+        await producer.submit_many(driver, [good, {**good, "commit": "abc"}], submitted_by="ci")
+    with pytest.raises(NotAllowed, match="job 3: project tools does not allow operation nope"):
+        await producer.submit_many(
+            driver, [good, good, {**good, "operation": "nope"}], submitted_by="ci"
+        )
+    with pytest.raises(InvalidInput, match="job 1: commit is required"):
+        await producer.submit_many(driver, [_without_commit()], submitted_by="ci")
+    # a client that skips the Python checks meets the database's, with the same words
+    with pytest.raises(InvalidInput, match="job 2: commit must be a full 40-character hex"):
+        await driver.fetch(
+            queries.sql("jobs_submit_many"),
+            ["tools"] * 2,
+            ["lint"] * 2,
+            [SHA, "abc"],
+            [None] * 2,
+            [None] * 2,
+            [None] * 2,
+            ["{}"] * 2,
+            [None] * 2,
+            "ci",
+        )
+    assert _count(sync_conn, "jobs") == 0 and _count(sync_conn, "events") == 0
+    assert await producer.submit_many(driver, [], submitted_by="ci") == []
+
+
+def _without_commit() -> JobSpec:
+    job: dict[str, str] = {"project": "tools", "operation": "lint"}
+    return job  # type: ignore[return-value]
+
+
+async def test_a_submitter_login_submits_a_batch_as_itself(login: Login, driver: Driver) -> None:
+    as_alice = await AsyncpgDriver.connect(login(roles.Kind.SUBMITTER, "alice"))
+    try:
+        (answer,) = await producer.submit_many(
+            as_alice,
+            [{"project": "webapp", "operation": "unit", "commit": SHA}],
+            submitted_by="release-bot",
+        )
+    finally:
+        await as_alice.close()
+    rows = await driver.fetch(
+        "SELECT submitted_by, priority_class FROM fleetq.jobs WHERE id = $1", answer.job_id
+    )
+    assert rows[0]["submitted_by"] == "alice" and rows[0]["priority_class"] == 1
+
+
+def test_submit_from_a_file(cli: Cli, tmp_path: Path, sync_conn: SyncConnection) -> None:
+    path = tmp_path / "jobs.jsonl"
+    lines = [
+        json.dumps({"project": "tools", "operation": "lint", "commit": SHA, "key": "a"}),
+        "",
+        json.dumps({"project": "webapp", "operation": "unit", "commit": SHA, "payload": {"x": 1}}),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    code, out, err = cli("submit", "--from-file", str(path))
+    assert (code, out.strip()) == (0, f"2 job(s) queued from {path}"), err
+    code, out, _ = cli("submit", "--from-file", str(path), "--json")
+    assert code == 0 and [a["created"] for a in json.loads(out)] == [False, True]
+    # a bad job is named by its line, and nothing of the file is queued
+    before = _count(sync_conn, "jobs")
+    path.write_text(
+        lines[0] + "\n\n" + json.dumps({"project": "tools", "operation": "x", "commit": SHA}) + "\n"
+    )
+    code, _, err = cli("submit", "--from-file", str(path))
+    assert code == 65 and "line 3: project tools does not allow operation x" in err
+    assert "nothing was queued" in err and _count(sync_conn, "jobs") == before
+    path.write_text('{"project": "tools", "operation": "lint", "commit": "abc"}\n{oops\n')
+    code, _, err = cli("submit", "--from-file", str(path))
+    assert code == 64 and "line 2: not valid JSON" in err
+    path.write_text('{"project": "tools", "operation": "lint", "sha": "abc"}\n')
+    code, _, err = cli("submit", "--from-file", str(path))
+    assert code == 64 and "line 1: unknown field 'sha'" in err
+    code, _, err = cli("submit", "tools", "lint", "--from-file", str(path))
+    assert code == 64 and "give no job on the line" in err
+    code, _, err = cli("submit", "tools")
+    assert code == 64 and "PROJECT OPERATION --commit SHA, or --from-file" in err
