@@ -73,12 +73,13 @@ class Mutant(BaseModel):
     count: int = 1
     first: str | None = None  # the test file likely to catch it, run before the others
 
-    def tests(self) -> tuple[str, ...]:
-        """The protocol tests, its `first` file leading (with -x, a caught mutant costs
-        only the tests run before the failure)."""
+    def tests(self) -> tuple[tuple[str, ...], ...]:
+        """The protocol tests in the order they run: its `first` file alone (pytest then
+        collects one file, not all of them: most mutants are caught there), then the
+        rest. With -x, a caught mutant costs only the tests run before the failure."""
         if self.first is None:
-            return TESTS
-        return (self.first, *(t for t in TESTS if t != self.first))
+            return (TESTS,)
+        return ((self.first,), tuple(t for t in TESTS if t != self.first))
 
     def apply(self, protocol: Path) -> None:
         """Patch the file under `protocol`; refuse when `find` no longer matches as listed."""
@@ -119,48 +120,52 @@ def server(dsn: str | None) -> Iterator[str]:
         yield started
 
 
-def run(mutant: Mutant | None, dsn: str, tests: tuple[str, ...]) -> Verdict:
-    """Run the protocol tests on a copy of the code with `mutant` applied (None: as is)."""
+def run(mutant: Mutant | None, dsn: str, groups: tuple[tuple[str, ...], ...]) -> Verdict:
+    """Run the protocol tests, group after group, on a copy of the code with `mutant`
+    applied (None: as is); the first group with a failing test catches it."""
     start = time.monotonic()
+    name = mutant.name if mutant else "(none)"
     with tempfile.TemporaryDirectory(prefix="fleetq-mutant-") as scratch:
         copy = Path(scratch)
-        for name in COPIED:
-            source = ROOT / name
+        for entry in COPIED:
+            source = ROOT / entry
             if source.is_dir():
-                shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copytree(source, copy / entry, ignore=shutil.ignore_patterns("__pycache__"))
             else:
-                shutil.copy2(source, copy / name)
+                shutil.copy2(source, copy / entry)
         if mutant is not None:
             mutant.apply(copy / "migrations" / "protocol")
         env = {**os.environ, "PYTHONPATH": str(copy), "FLEETQ_TEST_DSN": dsn}
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-x",
-                "-q",
-                "-p",
-                "no:randomly",
-                "-p",
-                "no:cacheprovider",
-                *tests,
-            ],
-            cwd=copy,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        for tests in groups:
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-x",
+                    "-q",
+                    "-p",
+                    "no:randomly",
+                    "-p",
+                    "no:cacheprovider",
+                    *tests,
+                ],
+                cwd=copy,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            failed = _FAILED.findall(done.stdout)
+            if done.returncode == 1 and failed:
+                seconds = time.monotonic() - start
+                return Verdict(name=name, caught=True, by=failed[0], seconds=seconds)
+            if done.returncode != 0:
+                tail = " ".join(done.stdout.strip().splitlines()[-1:]) or done.stderr.strip()[-200:]
+                seconds = time.monotonic() - start
+                return Verdict(name=name, caught=False, by=f"not judged: {tail}", seconds=seconds)
     seconds = time.monotonic() - start
-    name = mutant.name if mutant else "(none)"
-    failed = _FAILED.findall(done.stdout)
-    if done.returncode == 0:
-        return Verdict(name=name, caught=False, by="every test passed", seconds=seconds)
-    if done.returncode == 1 and failed:
-        return Verdict(name=name, caught=True, by=failed[0], seconds=seconds)
-    tail = " ".join(done.stdout.strip().splitlines()[-1:]) or done.stderr.strip()[-200:]
-    return Verdict(name=name, caught=False, by=f"not judged: {tail}", seconds=seconds)
+    return Verdict(name=name, caught=False, by="every test passed", seconds=seconds)
 
 
 def main() -> int:
@@ -190,7 +195,7 @@ def main() -> int:
             shutil.copy2(ROOT / "migrations" / "protocol" / m.file, Path(check) / "p" / m.file)
     with server(args.dsn or os.environ.get("FLEETQ_TEST_DSN")) as dsn:
         if args.baseline:
-            base = run(None, dsn, TESTS)
+            base = run(None, dsn, (TESTS,))
             print(f"unmutated: {base.by if not base.caught else 'FAILED ' + base.by}")
             if base.caught or base.by != "every test passed":
                 print("the tests fail without any mutant: fix that first")

@@ -206,6 +206,8 @@ class JobDetail(_View):
     lease_seconds: int
     output: str | None  # the recorded log tail, untrusted text
     runs_output: list[job_output.RunOutput] = []  # the newest shipped output, by run
+    max_attempts: int = 1  # its operation's retry policy (1: no retries)
+    reassignment_cap: int | None = None  # the fleet's, shared by expiries and self-fences
 
 
 async def now(driver: Driver) -> datetime:
@@ -274,6 +276,7 @@ async def job_detail(driver: Driver, job_id: JobId, *, at: datetime | None = Non
     job = await readers.job(driver, job_id)
     (lease,) = await driver.fetch(queries.sql("runners_lease_seconds"))
     output = await driver.fetch(queries.sql("views_job_output"), job_id)
+    budgets = await driver.fetch(queries.sql("views_job_budgets"), job_id)
     return JobDetail(
         now=at,
         job=job,
@@ -287,4 +290,6 @@ async def job_detail(driver: Driver, job_id: JobId, *, at: datetime | None = Non
         lease_seconds=int(lease["lease_seconds"]),
         output=str(output[0]["log_tail"]) if output else None,
         runs_output=await job_output.newest(driver, job_id),
+        max_attempts=int(budgets[0]["max_attempts"]) if budgets else 1,
+        reassignment_cap=int(budgets[0]["reassignment_cap"]) if budgets else None,
     )

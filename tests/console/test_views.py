@@ -118,6 +118,11 @@ async def test_detail_shows_eligibility_timeline_and_overlap(
             "gpu-1/r1": "eligible",
             "old-1/r1": "offline",
         }
+        # each budget that can end it, counted apart (reassigned once: a lease expired)
+        assert (
+            "budgets: attempt 1 of 1 · lost 0 (requeued once, then failed) · reassigned 1 of "
+            in _text(app, "#detail-head")
+        )
 
 
 async def test_enter_opens_the_job_under_the_cursor(fleet: tuple[str, dict[str, int]]) -> None:

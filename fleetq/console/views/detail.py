@@ -112,8 +112,9 @@ class DetailView(VerticalScroll):
         head.append(
             f" {age(job.created_at, now)} ago, priority class {job.priority_class}"
             + (f" (aged {job.promotions})" if job.promotions else "")
-            + f"; attempt {job.attempts}, lost {job.lost_count}, reassigned {job.reassign_count}"
         )
+        head.append("\nbudgets: ")
+        head.append(budgets(detail))
         if job.retry_at is not None:
             head.append(f"; tried again at {job.retry_at:%H:%M:%S}", style="yellow")
         if job.idempotency_key:
@@ -210,6 +211,29 @@ class DetailView(VerticalScroll):
 
 
 OUTPUT_LINES = 40  # of the newest run; earlier runs get a few
+
+
+def budgets(detail: JobDetail) -> Text:
+    """What the job has spent of each budget that can end it, each counted apart: its
+    application attempts (retries), a lost run's one requeue, and reassignments (lease
+    expiries and self-fences). A budget with nothing left shows in yellow."""
+    job = detail.job
+    text = Text()
+    last_try = detail.max_attempts > 1 and job.attempts >= detail.max_attempts
+    text.append(f"attempt {job.attempts} of {detail.max_attempts}", "yellow" if last_try else "")
+    text.append(" · ")
+    text.append(
+        f"lost {job.lost_count} (requeued once, then failed)",
+        "yellow" if job.lost_count >= 1 else "",
+    )
+    if detail.reassignment_cap is not None:
+        text.append(" · ")
+        spent = job.reassign_count >= detail.reassignment_cap
+        text.append(
+            f"reassigned {job.reassign_count} of {detail.reassignment_cap}",
+            "yellow" if spent else "",
+        )
+    return text
 
 
 def _output(detail: JobDetail, search: str = "") -> Text:

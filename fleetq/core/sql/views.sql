@@ -174,6 +174,15 @@ FROM fleetq.executions x
 WHERE x.job_id = $1::bigint
 ORDER BY x.lease_version;
 
+-- name: views_job_budgets
+-- What a job may spend before it fails: application attempts (its operation's retry
+-- policy, 1 without one) and reassignments (the fleet's cap). A lost run is requeued once.
+-- $1 job
+SELECT coalesce((o.retry->>'max_attempts')::integer, 1) AS max_attempts,
+       fleetq.setting_int('reassignment_cap') AS reassignment_cap
+FROM fleetq.jobs j JOIN fleetq.operations o ON o.project = j.project AND o.name = j.operation
+WHERE j.id = $1::bigint;
+
 -- name: views_job_output
 -- The recorded output tail of a job: its own verdict (one per job, migration 0011).
 -- $1 job
