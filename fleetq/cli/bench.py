@@ -59,6 +59,12 @@ def register(commands: Commands) -> None:
     p.add_argument("--warmup", type=int, default=1000, help="uncounted jobs run first")
     p.add_argument("--rate", type=float, default=200.0, help="jobs/s in the latency phase")
     p.add_argument("--latency-seconds", type=float, default=5.0, help="latency phase length")
+    p.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=10.0,
+        help="how long to watch the idle runners' load on the database (0: skip)",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="give up after this long")
     p.set_defaults(func=_bench)
 
@@ -100,6 +106,7 @@ async def _measure(args: argparse.Namespace, dsn: str, work: Path) -> dict[str, 
             "the warm-up to finish",
             procs,
         )
+        idle = await _idle_phase(driver, args) if args.idle_seconds > 0 else None
         first = await _last_id(driver) + 1
         t0 = time.monotonic()
         await driver.fetch(queries.sql("bench_enqueue"), args.jobs, timeout=args.timeout)
@@ -136,8 +143,27 @@ async def _measure(args: argparse.Namespace, dsn: str, work: Path) -> dict[str, 
         "slots": args.slots,
         "batch": args.batch,
         "cpus": os.cpu_count(),
+        "idle": idle,
         "throughput": throughput,
         "latency": latency,
+    }
+
+
+async def _idle_phase(driver: Driver, args: argparse.Namespace) -> dict[str, Any]:
+    """The idle runners' load: transactions on the bench's database per runner and
+    second, with nothing queued (the statistics are flushed about once a second, so the
+    window should be several seconds)."""
+    await asyncio.sleep(2.0)  # the warm-up's last outcomes and stats settle (not a sync)
+    (before,) = await driver.fetch(queries.sql("bench_transactions"))
+    t0 = time.monotonic()
+    await asyncio.sleep(args.idle_seconds)  # the window being measured
+    (after,) = await driver.fetch(queries.sql("bench_transactions"))
+    seconds = time.monotonic() - t0
+    ours = 1  # the first read's own transaction
+    spent = int(after["n"]) - int(before["n"]) - ours
+    return {
+        "seconds": round(seconds, 1),
+        "transactions_per_runner_s": round(spent / seconds / args.runners, 2),
     }
 
 

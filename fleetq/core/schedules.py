@@ -125,14 +125,10 @@ async def fire_due(driver: Driver, now: datetime | None = None) -> list[Fired]:
     """Settle every schedule's due ticks (the reaper's leader calls this after its pass).
     A schedule that fails (its branch cannot be resolved, say) is logged and left due;
     the others go on."""
-    if now is None:
-        (row,) = await driver.fetch(queries.sql("views_now"))
-        now = row["now"]
-    assert now is not None
     fired: list[Fired] = []
     for found in await driver.fetch(queries.sql("schedules_in_force")):
         schedule = Schedule.model_validate(found)
-        fire, skip = plan(schedule, now)
+        fire, skip = plan(schedule, now or found["now"])
         if skip is not None:
             await driver.fetch(queries.sql("schedules_skip"), schedule.name, skip)
         for tick in fire:

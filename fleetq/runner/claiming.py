@@ -7,7 +7,6 @@ claim id was first sent (`fencing`)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 
@@ -31,6 +30,7 @@ class Claiming(RunnerBase):
         claim_id = uuid.uuid4()
         sent: float | None = None  # when this claim id was first sent: its lease's clock
         backoff = loops.Backoff()
+        idle_wait = self.config.poll_interval_s  # doubles while polls find nothing
         while not self.shutdown_requested.is_set():
             wake.clear()  # before claiming: a hint that arrives meanwhile is not lost
             free = self.config.lanes[lane] - self._running_in(lane)
@@ -60,7 +60,14 @@ class Claiming(RunnerBase):
                     # a retried claim's lease dates from its first send: renew it now
                     # rather than let the self-fence stop a run that just began
                     self._spawn(self._heartbeat_once())
+                if claims:
+                    idle_wait = self.config.poll_interval_s
                 if len(claims) == limit:
                     continue  # there may be more right behind
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), self.config.poll_interval_s)
+            try:
+                await asyncio.wait_for(wake.wait(), idle_wait)
+                idle_wait = self.config.poll_interval_s  # woken: work may be about again
+            except TimeoutError:
+                idle_wait = min(
+                    idle_wait * 2, max(self.config.poll_max_s, self.config.poll_interval_s)
+                )

@@ -27,6 +27,10 @@ from fleetq.core.errors import ConfigError
 MEMORY_RESERVE_MB = 512
 DEFAULT_BATCH = 32
 DEFAULT_POLL_S = 1.0
+# While polls find nothing, each waits twice the one before, up to this: LISTEN/NOTIFY
+# brings new work (submit, requeue, release, a freed dependency or cap), so a poll is
+# only the fallback, and an idle fleet should cost the database next to nothing.
+DEFAULT_POLL_MAX_S = 10.0
 DEFAULT_GRACE_S = 30.0
 DEFAULT_REAP_S = 5.0
 
@@ -51,6 +55,7 @@ class RunnerConfig(BaseModel):
     keep_failed: bool = False
     grace_s: float = Field(DEFAULT_GRACE_S, ge=0)
     poll_interval_s: float = Field(DEFAULT_POLL_S, gt=0)
+    poll_max_s: float = Field(DEFAULT_POLL_MAX_S, gt=0)
     batch: int = Field(DEFAULT_BATCH, ge=1, le=1000)
     reap_interval_s: float = Field(DEFAULT_REAP_S, gt=0)
     exit_when_drained: bool = False

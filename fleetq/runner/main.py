@@ -77,7 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         dest="poll_interval_s",
         metavar="SECONDS",
-        help="poll this often when no notification arrives (default 1)",
+        help="poll this often when no notification arrives (default 1); polls that find "
+        "nothing back off, each twice as long, up to --poll-max",
+    )
+    p.add_argument(
+        "--poll-max",
+        type=float,
+        dest="poll_max_s",
+        metavar="SECONDS",
+        help="the longest wait between polls while idle (default 10); a notification resets it",
     )
     p.add_argument(
         "--exit-when-drained", action="store_true", help="exit once drained (after `fleetq drain`)"
@@ -133,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "grace_s": args.grace_s,
         "batch": args.batch,
         "poll_interval_s": args.poll_interval_s,
+        "poll_max_s": args.poll_max_s,
         "keep_failed": args.keep_failed or None,
         "exit_when_drained": args.exit_when_drained or None,
         "orphans": args.orphans,

@@ -96,6 +96,13 @@ BEGIN
           FROM unnest(p_runners, p_lanes) AS t(runner, lane)
           GROUP BY runner, lane) g
     WHERE l.runner_id = g.runner AND l.lane = g.lane;
+    -- Room freed under a fleet-wide cap lets other runners claim: wake them (an idle
+    -- runner's polls back off, so it would otherwise wait up to its --poll-max).
+    PERFORM pg_notify('fleetq_work', ln.name)
+    FROM fleetq.lanes ln
+    WHERE ln.name = ANY (p_lanes)
+      AND (ln.max_running IS NOT NULL
+           OR EXISTS (SELECT 1 FROM fleetq.projects p WHERE p.max_running IS NOT NULL));
 END;
 $function$;
 

@@ -30,6 +30,8 @@ def test_bench_prints_figures(server_dsn: str) -> None:
             "0.5",
             "--warmup",
             "20",
+            "--idle-seconds",
+            "3",
         ],
         capture_output=True,
         text=True,
@@ -43,4 +45,5 @@ def test_bench_prints_figures(server_dsn: str) -> None:
     assert report["warmup_jobs"] == 20
     assert report["latency"]["jobs"] == 25
     assert set(report["latency"]["enqueue_to_start_ms"]) == {"p50", "p95", "p99"}
+    assert report["idle"]["transactions_per_runner_s"] >= 0
     print(json.dumps(report))  # the figures, in the test log

@@ -44,3 +44,8 @@ SELECT * FROM fleetq.submit('bench', 'noop', repeat('0', 40), NULL, NULL, NULL, 
 -- name: bench_registered
 -- Runners that registered and are active.
 SELECT count(*) AS n FROM fleetq.runners WHERE state = 'active';
+
+-- name: bench_transactions
+-- Transactions committed or rolled back on this database so far (cumulative statistics,
+-- flushed by each backend about once a second).
+SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database();

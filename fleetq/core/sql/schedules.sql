@@ -1,8 +1,9 @@
 -- Schedules: what the reaper's leader settles, and what `fleetq schedules` shows.
 
 -- name: schedules_in_force
--- Schedules not paused, with their project's repository (through the runner's function).
-SELECT * FROM fleetq.runner_schedules();
+-- Schedules not paused, with their project's repository (through the runner's function),
+-- and the database's clock: one statement per reaper pass, none more when there is none.
+SELECT s.*, clock_timestamp() AS now FROM fleetq.runner_schedules() s;
 
 -- name: schedules_fire
 -- Fire one tick: the tick's row and the job's submit in one transaction (once per tick).
