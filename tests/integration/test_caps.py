@@ -145,3 +145,34 @@ def test_caps_are_configured_in_the_fleet_file(sync_conn: SyncConnection, tmp_pa
         "(SELECT max_running FROM fleetq.projects WHERE name = 'tools')"
     ).fetchone()
     assert caps == (8, 2)
+
+
+async def test_room_freed_under_a_cap_wakes_the_lane(
+    driver: Driver, sync_conn: SyncConnection, db_dsn: str
+) -> None:
+    """An idle runner's polls back off (up to --poll-max), so the outcome that frees room
+    under a cap must wake the lane's runners itself; without a cap, it need not."""
+    one = await fleet.runner(driver)
+
+    async def outcome_wakes_checks() -> bool:
+        (claimed,) = await leasing.claim(driver, runner=one, lane="checks", limit=1)
+        with connect(db_dsn, autocommit=True) as listener:
+            listener.execute("LISTEN fleetq_work")
+            await leasing.complete(
+                driver,
+                runner=one,
+                outcome=OutcomeReport(
+                    job_id=claimed.job_id,
+                    lease_version=claimed.lease_version,
+                    outcome=Outcome.SUCCEEDED,
+                    exit_code=0,
+                ),
+            )
+            listener.execute("SELECT 1")  # notifications arrive with the next round trip
+            return "checks" in [n.payload for n in listener.notifies(timeout=0, stop_after=10)]
+
+    await _submit(driver)
+    assert not await outcome_wakes_checks()
+    _cap(sync_conn, "lanes", "checks", 3)
+    await _submit(driver)
+    assert await outcome_wakes_checks()
