@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from fleetq.core import leasing
 from fleetq.core.driver import AsyncpgDriver
@@ -11,6 +12,13 @@ from fleetq.runner.context import JobContext
 
 async def noop(ctx: JobContext) -> None:
     """Do nothing: measures the queue, not the work."""
+
+
+async def stamp(ctx: JobContext) -> str:
+    """Answer the wall clock at the handler's first line (its log tail): `fleetq bench`
+    measures enqueue -> start on the producer's clock with it (producer and runner on
+    one machine, one clock), as a user would, not from the database's timestamps."""
+    return f"{time.time():.6f}"
 
 
 async def echo(ctx: JobContext) -> str:

@@ -28,7 +28,8 @@ SELECT count(*) AS jobs,
 FROM fleetq.jobs WHERE id >= $1::bigint;
 
 -- name: bench_latency
--- Enqueue -> start (for an in-process handler, the claim is the start), in ms.
+-- Created -> claimed in database time (for an in-process handler, the claim is the
+-- start), in ms: what the database can see of enqueue -> start.
 -- $1 first job id
 SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
            (ORDER BY extract(epoch FROM claimed_at - created_at) * 1000) AS ms,
@@ -39,7 +40,17 @@ FROM fleetq.jobs WHERE id >= $1::bigint AND claimed_at IS NOT NULL;
 SELECT coalesce(max(id), 0) AS id FROM fleetq.jobs;
 
 -- name: bench_submit_one
-SELECT * FROM fleetq.submit('bench', 'noop', repeat('0', 40), NULL, NULL, NULL, 'bench', '{}');
+-- One latency job; its payload holds the producer's clock just before this call.
+-- $1 payload (JSON text)
+SELECT * FROM fleetq.submit('bench', 'stamp', repeat('0', 40), NULL, NULL, NULL, 'bench',
+                            $1::text::jsonb);
+
+-- name: bench_producer_latency
+-- The producer's clock before each latency job's submit, and the handler's at its first
+-- line (its log tail). $1 first job id
+SELECT (j.payload->>'t0')::float8 AS t0, v.log_tail::float8 AS started
+FROM fleetq.jobs j JOIN fleetq.verdicts v ON v.job_id = j.id
+WHERE j.id >= $1::bigint AND j.operation = 'stamp' AND v.verdict = 'passed';
 
 -- name: bench_registered
 -- Runners that registered and are active.
