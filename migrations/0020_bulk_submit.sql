@@ -7,4 +7,4 @@ INSERT INTO fleetq.grants (privilege, object, grantee)
 SELECT 'EXECUTE',
        'FUNCTION fleetq.submit_many(text[], text[], text[], text[], text[], text[], jsonb[], '
        'text[], text)', g
-FROM unnest(ARRAY['fleetq_submitter', 'fleetq_operator', 'fleetq_gateway']) g;
+FROM unnest(ARRAY['fleetq_submitter', 'fleetq_operator']) g;

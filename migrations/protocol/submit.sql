@@ -203,27 +203,43 @@ $function$;
 -- is named by its position, from 1), the class is derived, an idempotency key that
 -- names an existing job answers it (created false) or refuses a different request.
 -- Dependencies are not taken here (submit one by one with `after`). Answers in input
--- order.
+-- order. No temporary table: a caller could create one of the same name first, and this
+-- runs as the schema's owner.
 CREATE OR REPLACE FUNCTION fleetq.submit_many_unchecked(p_projects text[], p_operations text[], p_commits text[], p_nodes text[], p_keys text[], p_tasks text[], p_payloads jsonb[], p_traceparents text[], p_submitted_by text)
  RETURNS TABLE(job_id bigint, created boolean, state text, priority_class smallint)
  LANGUAGE plpgsql
 AS $function$
 #variable_conflict use_column
 DECLARE
+    v_count integer := coalesce(cardinality(p_projects), 0);
     v_limit integer := fleetq.setting_int('max_payload_bytes');
     v_verifier boolean := EXISTS (SELECT 1 FROM fleetq.identities
                                   WHERE name = p_submitted_by AND role = 'release-verification');
     v_bad record;
+    v_made_n bigint[];
+    v_made_id bigint[];
+    v_made_class smallint[];
     v_lanes text[];
-    v_keyed boolean := EXISTS (SELECT 1 FROM unnest(p_keys) AS k WHERE k IS NOT NULL);
 BEGIN
-    CREATE TEMP TABLE IF NOT EXISTS fleetq_batch (
-        n integer, id bigint, project text, operation text, commit_sha text, node text,
-        key text, task text, payload jsonb, traceparent text, lane text,
-        capabilities text[], memory_mb integer, cpu_millis integer, timeout_s integer,
-        class smallint, retired boolean, known boolean
-    ) ON COMMIT DROP;
-    TRUNCATE fleetq_batch;
+    -- every column one-dimensional and as long as the projects (an optional one may be
+    -- NULL): unnest would pad a short one with NULLs and flatten a matrix
+    IF coalesce(array_ndims(p_projects), 1) <> 1 OR cardinality(p_operations) <> v_count
+       OR cardinality(p_commits) <> v_count
+       OR EXISTS (SELECT 1 FROM unnest(ARRAY[array_ndims(p_operations), array_ndims(p_commits),
+                                             array_ndims(p_nodes), array_ndims(p_keys),
+                                             array_ndims(p_tasks), array_ndims(p_payloads),
+                                             array_ndims(p_traceparents)]) AS d
+                  WHERE d <> 1)
+       OR EXISTS (SELECT 1 FROM unnest(ARRAY[cardinality(p_nodes), cardinality(p_keys),
+                                             cardinality(p_tasks), cardinality(p_payloads),
+                                             cardinality(p_traceparents)]) AS c
+                  WHERE c IS NOT NULL AND c <> v_count) THEN
+        RAISE EXCEPTION 'submit_many takes one-dimensional arrays of one length (% jobs)', v_count
+            USING ERRCODE = 'FQ003';
+    END IF;
+    IF v_count = 0 THEN
+        RETURN;
+    END IF;
     -- the batch's operations are read under the KEY SHARE lock the jobs' foreign key
     -- takes anyway (as one submit does), so a removal in flight orders itself against it
     PERFORM 1 FROM fleetq.operations o
@@ -231,118 +247,125 @@ BEGIN
                                   FROM unnest(p_projects, p_operations) AS t(p, op))
     ORDER BY o.project, o.name
     FOR KEY SHARE;
-    -- ids drawn in input order (a volatile target list is computed after the sort)
-    INSERT INTO fleetq_batch
-    SELECT i.n, nextval(pg_get_serial_sequence('fleetq.jobs', 'id')), i.project, i.operation, i.commit_sha, i.node, i.key, i.task,
-           coalesce(i.payload, '{}'), i.traceparent, o.lane, o.capabilities, o.memory_mb,
-           o.cpu_millis, o.timeout_s,
-           CASE WHEN v_verifier THEN 0 WHEN p.release_gate THEN 1 ELSE 2 END,
-           o.retired_at IS NOT NULL, o.name IS NOT NULL
-    FROM unnest(p_projects, p_operations, p_commits, p_nodes, p_keys, p_tasks, p_payloads,
-                p_traceparents)
-         WITH ORDINALITY AS i(project, operation, commit_sha, node, key, task, payload,
-                              traceparent, n)
-    LEFT JOIN fleetq.projects p ON p.name = i.project
+
+    SELECT i.n, i.project, i.operation, i.commit_sha, i.key, i.payload, i.node, i.task,
+           o.name IS NULL AS unknown, o.retired_at IS NOT NULL AS retired
+    INTO v_bad
+    FROM unnest(p_projects, p_operations, p_commits, p_keys, p_payloads, p_nodes, p_tasks)
+         WITH ORDINALITY AS i(project, operation, commit_sha, key, payload, node, task, n)
     LEFT JOIN fleetq.operations o ON o.project = i.project AND o.name = i.operation
-    ORDER BY i.n;
-
-    SELECT * INTO v_bad FROM fleetq_batch b WHERE NOT b.known ORDER BY b.n LIMIT 1;
+    WHERE o.name IS NULL OR o.retired_at IS NOT NULL
+       OR i.commit_sha IS NULL OR i.commit_sha !~ '^[0-9a-f]{40}$'
+       OR (i.payload IS NOT NULL AND jsonb_typeof(i.payload) <> 'object')
+       OR octet_length(i.payload::text) > v_limit
+       OR i.key = '' OR length(i.key) > 256 OR i.node = '' OR i.task = ''
+    ORDER BY i.n LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'job %: project % does not allow operation %', v_bad.n, v_bad.project,
-            v_bad.operation USING ERRCODE = 'FQ002';
-    END IF;
-    SELECT * INTO v_bad FROM fleetq_batch b WHERE b.retired ORDER BY b.n LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'job %: operation %/% was removed', v_bad.n, v_bad.project,
-            v_bad.operation USING ERRCODE = 'FQ002';
-    END IF;
-    SELECT * INTO v_bad FROM fleetq_batch b
-    WHERE octet_length(b.payload::text) > v_limit ORDER BY b.n LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'job %: payload is % bytes, over the limit of %', v_bad.n,
-            octet_length(v_bad.payload::text), v_limit USING ERRCODE = 'FQ003';
-    END IF;
-
-    -- One key twice in one batch: the first one's job; a key already used: its job.
-    -- The commit's form is checked by the table's CHECK as the rows go in (a second pass
-    -- over the batch cost a tenth of its time); a failure is then named by its position.
-    BEGIN
-        IF v_keyed THEN
-            WITH made AS (
-                INSERT INTO fleetq.jobs
-                    (id, project, operation, commit_sha, lane, capabilities, memory_mb,
-                     cpu_millis, timeout_s, requested_node, idempotency_key, task_id,
-                     submitted_by, payload, priority_class, state, traceparent)
-                OVERRIDING SYSTEM VALUE
-                SELECT b.id, b.project, b.operation, b.commit_sha, b.lane, b.capabilities,
-                       b.memory_mb, b.cpu_millis, b.timeout_s, b.node, b.key, b.task,
-                       p_submitted_by, b.payload, b.class, 'queued', b.traceparent
-                FROM fleetq_batch b ORDER BY b.n
-                ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL
-                DO NOTHING
-                RETURNING id
-            )
-            UPDATE fleetq_batch b SET known = (b.id IN (SELECT id FROM made));
-        ELSE
-            -- no keys: every job is new (no conflict to look for, nothing to mark)
-            INSERT INTO fleetq.jobs
-                (id, project, operation, commit_sha, lane, capabilities, memory_mb,
-                 cpu_millis, timeout_s, requested_node, idempotency_key, task_id,
-                 submitted_by, payload, priority_class, state, traceparent)
-            OVERRIDING SYSTEM VALUE
-            SELECT b.id, b.project, b.operation, b.commit_sha, b.lane, b.capabilities,
-                   b.memory_mb, b.cpu_millis, b.timeout_s, b.node, b.key, b.task,
-                   p_submitted_by, b.payload, b.class, 'queued', b.traceparent
-            FROM fleetq_batch b ORDER BY b.n;
-        END IF;
-    EXCEPTION WHEN check_violation THEN
-        SELECT * INTO v_bad FROM fleetq_batch b
-        WHERE b.commit_sha IS NULL OR b.commit_sha !~ '^[0-9a-f]{40}$' ORDER BY b.n LIMIT 1;
-        IF FOUND THEN
+        IF v_bad.unknown THEN
+            RAISE EXCEPTION 'job %: project % does not allow operation %', v_bad.n,
+                v_bad.project, v_bad.operation USING ERRCODE = 'FQ002';
+        ELSIF v_bad.retired THEN
+            RAISE EXCEPTION 'job %: operation %/% was removed', v_bad.n, v_bad.project,
+                v_bad.operation USING ERRCODE = 'FQ002';
+        ELSIF v_bad.commit_sha IS NULL OR v_bad.commit_sha !~ '^[0-9a-f]{40}$' THEN
             RAISE EXCEPTION 'job %: commit must be a full 40-character hex SHA', v_bad.n
                 USING ERRCODE = 'FQ003';
+        ELSIF jsonb_typeof(v_bad.payload) <> 'object' THEN
+            RAISE EXCEPTION 'job %: payload must be a JSON object', v_bad.n
+                USING ERRCODE = 'FQ003';
+        ELSIF octet_length(v_bad.payload::text) > v_limit THEN
+            RAISE EXCEPTION 'job %: payload is % bytes, over the limit of %', v_bad.n,
+                octet_length(v_bad.payload::text), v_limit USING ERRCODE = 'FQ003';
         END IF;
-        RAISE;
-    END;
+        RAISE EXCEPTION 'job %: an idempotency key, node or task is empty or too long', v_bad.n
+            USING ERRCODE = 'FQ003';
+    END IF;
 
-    -- a job not made here names an existing one by its key: the same request answers
-    -- it, a different one is refused (a second statement, so it sees what a concurrent
-    -- submit committed while the insert waited)
-    IF v_keyed THEN
-        SELECT b.n, j.id AS existing INTO v_bad
-        FROM fleetq_batch b
-        JOIN fleetq.jobs j ON j.project = b.project AND j.idempotency_key = b.key
-        WHERE NOT b.known
+    -- Ids are drawn in input order (a volatile target list is computed after the sort);
+    -- the rows go in ordered by key, so two batches with keys in common take their
+    -- locks in one order and never deadlock. A key already used, or used earlier in the
+    -- batch, makes no job (DO NOTHING).
+    WITH input AS (
+        SELECT i.*, o.lane, o.capabilities, o.memory_mb, o.cpu_millis, o.timeout_s,
+               CASE WHEN v_verifier THEN 0 WHEN p.release_gate THEN 1 ELSE 2 END::smallint
+                   AS class
+        FROM unnest(p_projects, p_operations, p_commits, p_nodes, p_keys, p_tasks,
+                    p_payloads, p_traceparents)
+             WITH ORDINALITY AS i(project, operation, commit_sha, node, key, task, payload,
+                                  traceparent, n)
+        JOIN fleetq.projects p ON p.name = i.project
+        JOIN fleetq.operations o ON o.project = i.project AND o.name = i.operation
+    ),
+    numbered AS (
+        SELECT input.*, nextval(pg_get_serial_sequence('fleetq.jobs', 'id')) AS id
+        FROM input ORDER BY input.n
+    ),
+    made AS (
+        INSERT INTO fleetq.jobs
+            (id, project, operation, commit_sha, lane, capabilities, memory_mb, cpu_millis,
+             timeout_s, requested_node, idempotency_key, task_id, submitted_by, payload,
+             priority_class, state, traceparent)
+        OVERRIDING SYSTEM VALUE
+        SELECT nb.id, nb.project, nb.operation, nb.commit_sha, nb.lane, nb.capabilities,
+               nb.memory_mb, nb.cpu_millis, nb.timeout_s, nb.node, nb.key, nb.task,
+               p_submitted_by, coalesce(nb.payload, '{}'), nb.class, 'queued', nb.traceparent
+        FROM numbered nb
+        ORDER BY nb.project, nb.key NULLS LAST, nb.n
+        ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        RETURNING id, lane
+    ),
+    logged AS (
+        INSERT INTO fleetq.events (kind, job_id, lease_version, actor, detail)
+        SELECT 'submitted', nb.id, 0, p_submitted_by,
+               jsonb_build_object('priority_class', nb.class)
+               || jsonb_strip_nulls(jsonb_build_object('traceparent', nb.traceparent))
+        FROM numbered nb JOIN made m ON m.id = nb.id
+        ORDER BY nb.n
+    )
+    SELECT array_agg(nb.n ORDER BY nb.n), array_agg(nb.id ORDER BY nb.n),
+           array_agg(nb.class ORDER BY nb.n), array_agg(DISTINCT m.lane)
+    INTO v_made_n, v_made_id, v_made_class, v_lanes
+    FROM numbered nb JOIN made m ON m.id = nb.id;
+
+    -- A job not made here names an existing one by its key: the same request answers
+    -- it, a different one is refused. A new statement, so a new snapshot: it sees what a
+    -- concurrent submit committed while the insert waited for it.
+    IF coalesce(cardinality(v_made_n), 0) < v_count THEN
+        SELECT i.n, j.id AS existing INTO v_bad
+        FROM unnest(p_projects, p_operations, p_commits, p_nodes, p_keys, p_tasks, p_payloads)
+             WITH ORDINALITY AS i(project, operation, commit_sha, node, key, task, payload, n)
+        JOIN fleetq.jobs j ON j.project = i.project AND j.idempotency_key = i.key
+        WHERE i.n <> ALL (coalesce(v_made_n, '{}'))
           AND (j.operation, j.commit_sha, j.requested_node, j.task_id, j.submitted_by,
                j.payload)
-              IS DISTINCT FROM (b.operation, b.commit_sha, b.node, b.task, p_submitted_by,
-                                b.payload)
-        ORDER BY b.n LIMIT 1;
+              IS DISTINCT FROM (i.operation, i.commit_sha, i.node, i.task, p_submitted_by,
+                                coalesce(i.payload, '{}'))
+        ORDER BY i.n LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION 'job %: idempotency key already names job % with other '
                 'parameters', v_bad.n, v_bad.existing USING ERRCODE = 'FQ001';
         END IF;
     END IF;
 
-    INSERT INTO fleetq.events (kind, job_id, lease_version, actor, detail)
-    SELECT 'submitted', b.id, 0, p_submitted_by,
-           jsonb_build_object('priority_class', b.class)
-           || jsonb_strip_nulls(jsonb_build_object('traceparent', b.traceparent))
-    FROM fleetq_batch b WHERE b.known ORDER BY b.n;
-    SELECT array_agg(DISTINCT b.lane) INTO v_lanes FROM fleetq_batch b WHERE b.known;
     IF v_lanes IS NOT NULL THEN
         PERFORM pg_notify('fleetq_work', lane) FROM unnest(v_lanes) AS lane;
         PERFORM pg_notify('fleetq_events', '');
     END IF;
 
+    IF coalesce(cardinality(v_made_n), 0) = v_count THEN  -- every job is new
+        RETURN QUERY SELECT m.id, true, 'queued'::text, m.class
+                     FROM unnest(v_made_id, v_made_class) AS m(id, class);
+        RETURN;
+    END IF;
     RETURN QUERY
-    SELECT coalesce(CASE WHEN b.known THEN b.id END, j.id), b.known,
-           coalesce(CASE WHEN b.known THEN 'queued' END, j.state),
-           coalesce(CASE WHEN b.known THEN b.class END, j.priority_class)
-    FROM fleetq_batch b
-    LEFT JOIN fleetq.jobs j ON NOT b.known AND j.project = b.project AND j.idempotency_key = b.key
-    ORDER BY b.n;
-    TRUNCATE fleetq_batch;
+    SELECT coalesce(m.id, j.id), m.id IS NOT NULL, coalesce(j.state, 'queued'),
+           coalesce(j.priority_class,
+                    CASE WHEN v_verifier THEN 0 WHEN p.release_gate THEN 1 ELSE 2 END)::smallint
+    FROM unnest(p_projects, p_keys) WITH ORDINALITY AS i(project, key, n)
+    JOIN fleetq.projects p ON p.name = i.project
+    LEFT JOIN unnest(v_made_n, v_made_id) AS m(n, id) ON m.n = i.n
+    LEFT JOIN fleetq.jobs j ON m.id IS NULL AND j.project = i.project AND j.idempotency_key = i.key
+    ORDER BY i.n;
 END;
 $function$;
 

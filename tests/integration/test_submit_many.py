@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import select
 from pathlib import Path
@@ -13,6 +14,7 @@ from fleetq.core import producer, queries, roles
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import AsyncpgDriver, Driver
 from fleetq.core.errors import IdempotencyConflict, InvalidInput, NotAllowed
+from fleetq.core.models import SubmitResult
 from fleetq.core.producer import JobSpec
 from tests import fleet
 from tests.fleet import OTHER_SHA, SHA
@@ -187,3 +189,80 @@ def test_submit_from_a_file(cli: Cli, tmp_path: Path, sync_conn: SyncConnection)
     assert code == 64 and "give no job on the line" in err
     code, _, err = cli("submit", "tools")
     assert code == 64 and "PROJECT OPERATION --commit SHA, or --from-file" in err
+
+
+async def test_columns_of_different_lengths_are_refused(
+    driver: Driver, ops: SyncConnection
+) -> None:
+    """unnest pads a short array with NULLs: a node given for one job of two would have
+    silently gone missing on the other."""
+    with pytest.raises(InvalidInput, match="one-dimensional arrays of one length"):
+        await driver.fetch(
+            queries.sql("jobs_submit_many"),
+            ["tools"] * 2,
+            ["lint"] * 2,
+            [SHA] * 2,
+            ["node-a"],
+            None,
+            None,
+            None,
+            None,
+            "ci",
+        )
+    assert _count(ops, "jobs") == 0
+
+
+async def test_a_caller_s_temporary_table_cannot_run_code_as_the_owner(
+    login: Login, sync_conn: SyncConnection
+) -> None:
+    """The batch once went through a temporary table created IF NOT EXISTS: a submitter
+    that made one of that name first, with a trigger, ran its trigger as the schema's
+    owner. Whatever the function uses now, a caller's temporary objects are not it."""
+    dsn = login(roles.Kind.SUBMITTER, "mallory")
+    with psycopg.connect(dsn) as conn, psycopg.RawCursor(conn) as cursor:
+        cursor.execute(
+            "CREATE TEMP TABLE fleetq_batch (n int, id bigint, project text, operation text, "
+            "commit_sha text, node text, key text, task text, payload jsonb, traceparent "
+            "text, lane text, capabilities text[], memory_mb int, cpu_millis int, "
+            "timeout_s int, class smallint, retired bool, known bool); "
+            "GRANT ALL ON fleetq_batch TO PUBLIC; "
+            "CREATE FUNCTION pg_temp.evil() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "INSERT INTO fleetq.identities (name, role) VALUES ('mallory', "
+            "'release-verification'); RETURN NEW; END $$; "
+            "CREATE TRIGGER evil BEFORE INSERT ON fleetq_batch FOR EACH ROW "
+            "EXECUTE FUNCTION pg_temp.evil()"
+        )
+        cursor.execute(
+            queries.sql("jobs_submit_many"),
+            [["tools"], ["lint"], [SHA], None, None, None, None, None, "x"],
+        )
+        conn.commit()
+    row = sync_conn.execute(
+        "SELECT count(*) FROM fleetq.identities WHERE name = 'mallory'"
+    ).fetchone()
+    assert row == (0,)
+
+
+async def test_two_batches_with_keys_in_common_never_deadlock(
+    driver: Driver, ops: SyncConnection, db_dsn: str
+) -> None:
+    """The rows go in ordered by key, so two batches that share keys, in opposite
+    orders, lock them in one order: one waits for the other, neither is refused."""
+    keys = [f"k{n:05d}" for n in range(3000)]
+
+    def batch(order: list[str]) -> list[JobSpec]:
+        return [
+            {"project": "tools", "operation": "lint", "commit": SHA, "idempotency_key": k}
+            for k in order
+        ]
+
+    async def submit(order: list[str]) -> list[SubmitResult]:
+        conn = await AsyncpgDriver.connect(db_dsn)
+        try:
+            return await producer.submit_many(conn, batch(order), submitted_by="ci")
+        finally:
+            await conn.close()
+
+    first, second = await asyncio.gather(submit(keys), submit(keys[::-1]))
+    assert sum(a.created for a in first + second) == 3000
+    assert {a.job_id for a in first} == {a.job_id for a in second}
