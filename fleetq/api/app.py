@@ -106,6 +106,7 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
     )
     async def submit(
         body: SubmitRequest,
+        request: Request,
         response: Response,
         token: Token,
         idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
@@ -116,6 +117,15 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
         job it already made. A W3C `traceparent` header is stored and handed to the job;
         a malformed one is ignored (as the standard asks) and said so in `warnings`."""
         key = body.idempotency_key
+        if idempotency_key is not None:
+            # a header is read as latin-1: the same key sent as UTF-8 bytes would name
+            # another job than in the body, so a header key is ASCII, and only one
+            if len(request.headers.getlist("idempotency-key")) > 1:
+                raise errors.InvalidInput("give one Idempotency-Key header")
+            if not idempotency_key.isascii():
+                raise errors.InvalidInput(
+                    "the Idempotency-Key header must be ASCII (send other keys in the body)"
+                )
         if idempotency_key is not None and key is not None and key != idempotency_key:
             raise errors.InvalidInput("the Idempotency-Key header and idempotency_key differ")
         warnings: list[str] = []
@@ -244,7 +254,9 @@ def _handle_errors(app: FastAPI) -> None:
         elif status == 503:
             headers["Retry-After"] = "1"
         if status == 500:
+            # a database error fleetq did not expect: its text may quote what was sent
             log.error("request failed: %s", exc, exc_info=exc)
+            return _error(500, "internal", "internal error (a bug in fleetq; the server logged it)")
         return _error(status, _type_name(exc), str(exc), headers)
 
     @app.exception_handler(RequestValidationError)

@@ -24,7 +24,7 @@ from fleetq.cli.common import (
 from fleetq.cli.exits import Exit
 from fleetq.cli.output import emit_json, table
 from fleetq.core import eligibility, leasing, producer, readers, validation
-from fleetq.core.errors import FleetqError, InvalidInput, NotFound
+from fleetq.core.errors import ConnectionFailed, FleetqError, InvalidInput, NotFound
 from fleetq.core.models import CancelResult, Job, JobId, JobState
 from fleetq.core.text import escape
 
@@ -96,6 +96,8 @@ def _payload(args: argparse.Namespace) -> dict[str, Any] | None:
         ) from None
     except RecursionError:
         raise InvalidInput("payload nests too deeply to be read") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise InvalidInput(f"payload: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidInput("payload must be a JSON object")
     return value
@@ -193,9 +195,30 @@ _FILE_FIELDS = {
 
 def _submit_file(args: argparse.Namespace) -> int:
     """`submit --from-file`: every job of a JSON-lines file in one statement."""
-    if args.project or args.operation or args.commit or args.after or args.payload:
-        raise InvalidInput("--from-file takes every job from the file: give no job on the line")
+    given = [
+        flag
+        for flag, value in (
+            ("PROJECT", args.project),
+            ("--commit", args.commit),
+            ("--after", args.after),
+            ("--payload", args.payload),
+            ("--payload-file", args.payload_file),
+            ("--node", args.node),
+            ("--key", args.key),
+            ("--task", args.task),
+            ("--traceparent", args.traceparent),
+        )
+        if value
+    ]
+    if given:
+        raise InvalidInput(
+            f"--from-file takes every job from the file: {given[0]} belongs in its lines"
+        )
     jobs, lines = _read_jobs(args.from_file)
+    inherited = _traceparent(args)  # $TRACEPARENT, for the lines that carry none
+    if inherited:
+        for job in jobs:
+            job.setdefault("traceparent", inherited)
     args.interrupted_note = (
         " while submitting: the file's jobs were queued all or none (`fleetq jobs` shows "
         "which; with keys, submitting the file again is safe)"
@@ -205,6 +228,11 @@ def _submit_file(args: argparse.Namespace) -> int:
     except FleetqError as exc:
         # the batch names a job by its position; a person wants the file's line
         message = re.sub(r"^job (\d+):", lambda m: f"line {lines[int(m.group(1)) - 1]}:", str(exc))
+        if isinstance(exc, ConnectionFailed):  # timed out or cut: the outcome is unknown
+            raise type(exc)(
+                f"{args.from_file}: {message} (all of the file's jobs or none were queued: "
+                "`fleetq jobs` shows which; with keys, submitting it again is safe)"
+            ) from exc
         raise type(exc)(f"{args.from_file}: {message}; nothing was queued") from exc
     if args.json:
         emit_json(answers)
@@ -228,7 +256,10 @@ def _read_jobs(name: str) -> tuple[list[producer.JobSpec], list[int]]:
             raise InvalidInput(str(exc).replace("--payload-file", "--from-file")) from None
     jobs: list[producer.JobSpec] = []
     lines: list[int] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # lines end at \n only: str.splitlines() would also cut at U+2028 or a form feed,
+    # which a JSON string may hold
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.removesuffix("\r")
         if not line.strip():
             continue
         try:
@@ -237,6 +268,10 @@ def _read_jobs(name: str) -> tuple[list[producer.JobSpec], list[int]]:
             raise InvalidInput(
                 f"{name}: line {number}: not valid JSON (column {exc.colno})"
             ) from None
+        except RecursionError:
+            raise InvalidInput(f"{name}: line {number}: nests too deeply to be read") from None
+        except ValueError as exc:  # e.g. an integer of more digits than Python converts
+            raise InvalidInput(f"{name}: line {number}: {exc}") from None
         if not isinstance(value, dict):
             raise InvalidInput(f"{name}: line {number}: a job is a JSON object")
         unknown = sorted(set(value) - set(_FILE_FIELDS))

@@ -15,7 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from fleetq.core import queries, validation
-from fleetq.core.driver import Driver, mapped_errors
+from fleetq.core.driver import DEFAULT_TIMEOUT_S, Driver, mapped_errors
 from fleetq.core.errors import InvalidInput
 from fleetq.core.models import CancelResult, JobId, SubmitResult
 
@@ -111,7 +111,12 @@ async def submit_many(
     input order."""
     if not jobs:
         return []
-    rows = await driver.fetch(queries.sql("jobs_submit_many"), *_batch_params(jobs, submitted_by))
+    # a big batch is one long statement: a second per 10,000 jobs on top of the default
+    rows = await driver.fetch(
+        queries.sql("jobs_submit_many"),
+        *_batch_params(jobs, submitted_by),
+        timeout=DEFAULT_TIMEOUT_S + len(jobs) / 10_000,
+    )
     return [SubmitResult.model_validate(row) for row in rows]
 
 
@@ -131,6 +136,9 @@ async def cancel(driver: Driver, *, job_id: JobId, actor: str, reason: str = "")
     """Cancel a job: terminal at once; a live one shows "stop pending" until its runner
     confirms the stop. Cancelling a finished job changes nothing."""
     rows = await driver.fetch(
-        queries.sql("jobs_cancel"), job_id, validation.text(actor, "actor"), reason
+        queries.sql("jobs_cancel"),
+        job_id,
+        validation.text(actor, "actor"),
+        validation.reason(reason),
     )
     return CancelResult.model_validate(rows[0])

@@ -54,6 +54,8 @@ async def result(
     """Per operation at this commit: a live job (queued or running) wins over an older
     verdict, because the newest request is what the caller is waiting for; otherwise
     the recorded verdict (passed, failed, refused, cancelled); 'none' if never asked."""
+    project = validation.text(project, "project")
+    operation = validation.optional_text(operation, "operation")
     commit = validation.commit_sha(commit)
     known = await driver.fetch(queries.sql("jobs_known_operations"), project)
     if not known:

@@ -49,6 +49,18 @@ def text(value: str, field: str, *, max_bytes: int = MAX_NAME_BYTES) -> str:
     return value
 
 
+def reason(value: str, *, max_bytes: int = 1000) -> str:
+    """Why an operator acted (a cancel's reason): free text, possibly empty, but no NUL
+    (PostgreSQL text cannot hold it) and bounded."""
+    if not isinstance(value, str):
+        raise InvalidInput("reason must be a string")
+    if "\x00" in value:
+        raise InvalidInput("reason contains a NUL character")
+    if len(value.encode("utf-8", "replace")) > max_bytes:
+        raise InvalidInput(f"reason is over the limit of {max_bytes} bytes")
+    return value
+
+
 def optional_text(value: str | None, field: str) -> str | None:
     """`text`, or None."""
     return None if value is None else text(value, field)
@@ -77,14 +89,18 @@ def traceparent(value: str | None) -> str | None:
 
 def job_ids(value: list[int] | None, field: str) -> list[int] | None:
     """Job ids (positive, at most MAX_DEPENDENCIES, duplicates dropped), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise InvalidInput(f"{field} takes a list of job ids")
     if not value:
         return None
     if len(value) > MAX_DEPENDENCIES:
         raise InvalidInput(f"{field} names {len(value)} jobs, over the limit of {MAX_DEPENDENCIES}")
     ids = []
     for item in value:
-        if isinstance(item, bool) or not isinstance(item, int) or item <= 0:
-            raise InvalidInput(f"{field} takes job ids (positive whole numbers)")
+        if isinstance(item, bool) or not isinstance(item, int) or not 0 < item < 2**63:
+            raise InvalidInput(f"{field} takes job ids (whole numbers from 1 to 2^63-1)")
         ids.append(item)
     return sorted(set(ids))
 
@@ -98,9 +114,12 @@ def payload(value: dict[str, Any] | None, *, max_bytes: int = MAX_PAYLOAD_BYTES)
         raise InvalidInput("payload must be a JSON object")
     try:
         encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        has_nul = _has_nul(value)
+    except RecursionError:
+        raise InvalidInput("payload nests too deeply to be read") from None
     except (TypeError, ValueError):
         raise InvalidInput("payload is not JSON-serialisable") from None
-    if _has_nul(value):
+    if has_nul:
         raise InvalidInput("payload contains a NUL character")
     try:
         size = len(encoded.encode("utf-8"))

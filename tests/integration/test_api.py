@@ -491,3 +491,39 @@ def test_the_api_answers_503_while_the_database_is_away_and_recovers(
 
         wait_for(healthy, "health after the outage", deadline_s=30)
         assert api.post("/v1/jobs", json=_job(), headers=ci).status_code == 201
+
+
+def test_what_review_found_is_refused_cleanly(api: httpx.Client, token: Token) -> None:
+    """Each of these was a 500 (or a silent second job) before review."""
+    ci = _auth(token("submitter", "ci"))
+    deep = api.post("/v1/jobs", content=_nested_body(900), headers=ci)
+    assert deep.status_code == 400, deep.text
+    for after in (5, True, [2**63]):
+        bad = api.post("/v1/jobs", json=_job(after=after), headers=ci)
+        assert bad.status_code == 400, bad.text
+        assert bad.json()["error"]["type"] == "invalid_input"
+    assert api.get(f"/v1/results/we%00b/{SHA}", headers=ci).status_code == 400
+    mine = api.post("/v1/jobs", json=_job(), headers=ci).json()["job_id"]
+    nul = api.post(f"/v1/jobs/{mine}/cancel", json={"reason": "a\u0000b"}, headers=ci)
+    assert nul.status_code == 400, nul.text
+    # a header key is ASCII: UTF-8 bytes read as latin-1 would name another job
+    latin = api.post(
+        "/v1/jobs",
+        json=_job(),
+        headers=[(k.encode(), v.encode()) for k, v in ci.items()]
+        + [(b"Idempotency-Key", "café".encode())],
+    )
+    assert latin.status_code == 400, latin.text
+    twice = api.post(
+        "/v1/jobs",
+        json=_job(),
+        headers=httpx.Headers([*ci.items(), ("Idempotency-Key", "a"), ("Idempotency-Key", "b")]),
+    )
+    assert twice.status_code == 400, twice.text
+
+
+def _nested_body(depth: int) -> bytes:
+    payload = '{"a": ' + "[" * depth + "]" * depth + "}"
+    return (
+        f'{{"project": "webapp", "operation": "unit", "commit": "{SHA}", "payload": {payload}}}'
+    ).encode()

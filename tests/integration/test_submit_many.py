@@ -186,7 +186,19 @@ def test_submit_from_a_file(cli: Cli, tmp_path: Path, sync_conn: SyncConnection)
     code, _, err = cli("submit", "--from-file", str(path))
     assert code == 64 and "line 1: unknown field 'sha'" in err
     code, _, err = cli("submit", "tools", "lint", "--from-file", str(path))
-    assert code == 64 and "give no job on the line" in err
+    assert code == 64 and "PROJECT belongs in its lines" in err
+    code, _, err = cli("submit", "--from-file", str(path), "--node", "n1")
+    assert code == 64 and "--node belongs in its lines" in err
+    # a line ends at \n only: U+2028 and a form feed may stand inside a JSON string
+    odd = {"project": "tools", "operation": "lint", "commit": SHA, "payload": {"a": "x\u2028\fy"}}
+    path.write_text(json.dumps(odd, ensure_ascii=False) + "\r\n")
+    code, out, err = cli("submit", "--from-file", str(path), "--json")
+    assert code == 0, err
+    (made,) = json.loads(out)
+    row = sync_conn.execute(
+        "SELECT payload FROM fleetq.jobs WHERE id = $1", [made["job_id"]]
+    ).fetchone()
+    assert row == ({"a": "x\u2028\fy"},)
     code, _, err = cli("submit", "tools")
     assert code == 64 and "PROJECT OPERATION --commit SHA, or --from-file" in err
 
