@@ -341,7 +341,11 @@ BEGIN
               IS DISTINCT FROM (i.operation, i.commit_sha, i.node, i.task, p_submitted_by,
                                 coalesce(i.payload, '{}'))
         ORDER BY i.n LIMIT 1;
-        IF FOUND THEN
+        IF FOUND AND v_bad.existing = ANY (coalesce(v_made_id, '{}')) THEN
+            RAISE EXCEPTION 'job %: repeats the idempotency key of job % of this batch with '
+                'other parameters', v_bad.n,
+                v_made_n[array_position(v_made_id, v_bad.existing)] USING ERRCODE = 'FQ001';
+        ELSIF FOUND THEN
             RAISE EXCEPTION 'job %: idempotency key already names job % with other '
                 'parameters', v_bad.n, v_bad.existing USING ERRCODE = 'FQ001';
         END IF;

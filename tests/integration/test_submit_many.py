@@ -105,6 +105,17 @@ async def test_keys_answer_their_jobs_and_a_conflict_writes_nothing(
             submitted_by="ci",
         )
     assert _count(sync_conn, "jobs") == before
+    # one key twice in a batch, for two requests: named by their positions (the job the
+    # first one would have made is never committed)
+    with pytest.raises(
+        IdempotencyConflict, match="job 3: repeats the idempotency key of job 1 of this batch"
+    ):
+        await producer.submit_many(
+            driver,
+            [{**same, "idempotency_key": "k3"}, fresh, {**other, "idempotency_key": "k3"}],
+            submitted_by="ci",
+        )
+    assert _count(sync_conn, "jobs") == before
 
 
 async def test_a_bad_job_is_named_and_nothing_is_queued(
