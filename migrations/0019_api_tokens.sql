@@ -8,8 +8,9 @@
 --   answers the token's kind and identity, so every entry point's checks (a submitter submits as itself, cancels only
 --   its own jobs; a reader writes nothing) hold over HTTP exactly as for a login.
 -- - A gateway login may act only for a token's holder: without a valid token every entry
---   point refuses it. A compromised API server can act only for the callers that present
---   their tokens to it, never choose an identity.
+--   point refuses it. A compromised API server can submit and cancel only for the callers
+--   that present their tokens to it, never choose an identity (it can still read what a
+--   submitter reads: docs/security.md).
 
 DO $$
 BEGIN
