@@ -195,3 +195,18 @@ async def test_cancelled_queued_job_is_terminal_and_has_a_cancelled_result(drive
     assert again.previous_state == JobState.CANCELLED  # a no-op, said plainly
     (verdict,) = await readers.result(driver, project="tools", commit=SHA)
     assert verdict.status == "cancelled"
+
+
+async def test_a_raised_payload_limit_is_the_one_that_holds(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """The limit is the database's setting: a payload over the default is taken once the
+    setting allows it (a fixed limit in the client refused it; found in review)."""
+    big = {"blob": "x" * 100_000}
+    with pytest.raises(InvalidInput, match="over the limit of 65536"):
+        await _submit(driver, payload=big)
+    sync_conn.execute(
+        "UPDATE fleetq.settings SET value = '200000' WHERE name = 'max_payload_bytes'"
+    )
+    answer = await _submit(driver, payload=big)
+    assert (await readers.job(driver, answer.job_id)).payload == big
