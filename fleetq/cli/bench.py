@@ -194,26 +194,21 @@ async def _latency_phase(driver: Driver, args: argparse.Namespace) -> dict[str, 
         "the latency phase to finish",
     )
     (row,) = await driver.fetch(queries.sql("bench_latency"), first)
-    p50, p95, p99 = (round(float(v), 2) for v in row["ms"])
-    waits = sorted(
-        (float(r["started"]) - float(r["t0"])) * 1000
-        for r in await driver.fetch(queries.sql("bench_producer_latency"), first)
-    )
+    (producer,) = await driver.fetch(queries.sql("bench_producer_latency"), first)
     return {
         "rate_per_s": args.rate,
         "jobs": int(row["jobs"]),
-        "enqueue_to_start_ms": _percentiles(waits),
-        "database_created_to_claimed_ms": {"p50": p50, "p95": p95, "p99": p99},
+        "enqueue_to_start_ms": _percentiles(producer["ms"]),
+        "database_created_to_claimed_ms": _percentiles(row["ms"]),
     }
 
 
-def _percentiles(values: list[float]) -> dict[str, float | None]:
-    """p50, p95, p99 of sorted values (nearest rank)."""
-    if not values:
-        return {"p50": None, "p95": None, "p99": None}
+def _percentiles(ms: list[float] | None) -> dict[str, float | None]:
+    """p50, p95, p99 as `percentile_cont` answered them (None: no job measured)."""
+    values: list[float | None] = list(ms) if ms else [None, None, None]
     return {
-        f"p{q}": round(values[min(len(values) - 1, max(0, -(-q * len(values) // 100) - 1))], 2)
-        for q in (50, 95, 99)
+        name: None if v is None else round(float(v), 2)
+        for name, v in zip(("p50", "p95", "p99"), values, strict=True)
     }
 
 

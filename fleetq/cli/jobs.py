@@ -103,17 +103,17 @@ def _payload(args: argparse.Namespace) -> dict[str, Any] | None:
     return value
 
 
-def _read_payload_file(path: Path) -> str:
+def _read_payload_file(path: Path, option: str = "--payload-file") -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InvalidInput(f"--payload-file {path}: no such file") from None
+        raise InvalidInput(f"{option} {path}: no such file") from None
     except IsADirectoryError:
-        raise InvalidInput(f"--payload-file {path}: is a directory") from None
+        raise InvalidInput(f"{option} {path}: is a directory") from None
     except UnicodeDecodeError as exc:
-        raise InvalidInput(f"--payload-file {path}: not UTF-8 text (byte {exc.start})") from None
+        raise InvalidInput(f"{option} {path}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
-        raise InvalidInput(f"--payload-file {path}: {exc.strerror}") from None
+        raise InvalidInput(f"{option} {path}: {exc.strerror}") from None
 
 
 def _traceparent(args: argparse.Namespace) -> str | None:
@@ -247,13 +247,7 @@ def _submit_file(args: argparse.Namespace) -> int:
 
 def _read_jobs(name: str) -> tuple[list[producer.JobSpec], list[int]]:
     """The jobs of a JSON-lines file (blank lines skipped) and each one's line number."""
-    if name == "-":
-        text = sys.stdin.read()
-    else:
-        try:
-            text = _read_payload_file(Path(name))
-        except InvalidInput as exc:
-            raise InvalidInput(str(exc).replace("--payload-file", "--from-file")) from None
+    text = sys.stdin.read() if name == "-" else _read_payload_file(Path(name), "--from-file")
     jobs: list[producer.JobSpec] = []
     lines: list[int] = []
     # lines end at \n only: str.splitlines() would also cut at U+2028 or a form feed,

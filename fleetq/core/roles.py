@@ -185,10 +185,19 @@ def dsn_for(admin_dsn: str, login: str, password_file: Path) -> str:
 
 def _write_passfile(path: Path, login: str, password: str) -> None:
     """A pgpass line for this login on any host, port and database, mode 0600."""
+    write_private(path, f"*:*:*:{_escape(login)}:{_escape(password)}\n", "a password file")
+
+
+def write_private(path: Path, text: str, what: str) -> None:
+    """A new file only its owner can read (mode 0600 from the start); an existing one is
+    never overwritten."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise InvalidInput(f"{path} exists: not overwriting {what}") from None
     with os.fdopen(fd, "w") as f:
-        f.write(f"*:*:*:{_escape(login)}:{_escape(password)}\n")
+        f.write(text)
 
 
 def _escape(field: str) -> str:

@@ -10,7 +10,6 @@ of that kind, in the same place.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import secrets
 from datetime import datetime
@@ -21,7 +20,7 @@ from pydantic import BaseModel
 from fleetq.core import queries
 from fleetq.core.db import SyncConnection
 from fleetq.core.errors import InvalidInput
-from fleetq.core.roles import Kind, check_subject
+from fleetq.core.roles import Kind, check_subject, write_private
 
 PREFIX = "fq_"  # so a token is recognisable in a leak scanner or a log
 KINDS = (Kind.SUBMITTER, Kind.OPERATOR, Kind.READER)
@@ -80,10 +79,4 @@ def revoke(conn: SyncConnection, name: str) -> bool:
 
 def write_secret(path: Path, secret: str) -> None:
     """The token in a new file of mode 0600 (an existing file is never overwritten)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise InvalidInput(f"{path} exists: not overwriting a token file") from None
-    with os.fdopen(fd, "w") as f:
-        f.write(secret + "\n")
+    write_private(path, secret + "\n", "a token file")

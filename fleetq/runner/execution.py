@@ -82,6 +82,12 @@ class Execution:
     ended_monotonic: float | None = None
 
     @property
+    def traceparent(self) -> str | None:
+        """The trace context to hand the job: its run span's when spans are on, else the
+        one it was submitted with."""
+        return self.trace.header() if self.trace else self.claim.traceparent
+
+    @property
     def in_transaction(self) -> bool:
         """Whether its handler holds a `ctx.transaction()` (and so its job's row) now."""
         return self.ctx is not None and self.ctx.transactions_open > 0
@@ -231,7 +237,7 @@ async def _run_handler(ex: Execution, kit: Toolkit, op: Operation) -> executor.F
             claim=c,
             runner=kit.runner,
             pool=kit.pool,
-            trace_header=ex.trace.header() if ex.trace else c.traceparent,
+            trace_header=ex.traceparent,
         )
         left = deadline - time.monotonic()
         finished = await executor.run_handler(fn, ctx, timeout_s=left, stoppable=ex)
@@ -274,11 +280,8 @@ def _job_env(ex: Execution, kit: Toolkit) -> dict[str, str]:
         "FLEETQ_COMMIT": c.commit_sha,
         "FLEETQ_NODE": kit.node,
     }
-    # the W3C name, which tracing libraries read to continue a trace: the run span's
-    # context when spans are on, else the context the job was submitted with
-    header = ex.trace.header() if ex.trace else c.traceparent
-    if header:
-        env["TRACEPARENT"] = header
+    if trace := ex.traceparent:  # the W3C name, which tracing libraries read to continue
+        env["TRACEPARENT"] = trace
     return env
 
 

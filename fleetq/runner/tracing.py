@@ -118,7 +118,7 @@ class JobTrace:
         self.claim = claim
         self.runner = runner
         self._job: Span | None = None
-        self._stack = contextlib.ExitStack()
+        self._stack: contextlib.ExitStack | None = None  # only while spans are on
 
     def __enter__(self) -> JobTrace:
         if _tracer is None:
@@ -127,6 +127,7 @@ class JobTrace:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         c = self.claim
+        self._stack = contextlib.ExitStack()
         parent = (
             TraceContextTextMapPropagator().extract({"traceparent": c.traceparent})
             if c.traceparent
@@ -152,7 +153,8 @@ class JobTrace:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stack.__exit__(*exc)  # type: ignore[arg-type]
+        if self._stack is not None:
+            self._stack.__exit__(*exc)  # type: ignore[arg-type]
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:

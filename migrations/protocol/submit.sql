@@ -248,37 +248,34 @@ BEGIN
     ORDER BY o.project, o.name
     FOR KEY SHARE;
 
-    SELECT i.n, i.project, i.operation, i.commit_sha, i.key, i.payload, i.node, i.task,
-           o.name IS NULL AS unknown, o.retired_at IS NOT NULL AS retired
-    INTO v_bad
-    FROM unnest(p_projects, p_operations, p_commits, p_keys, p_payloads, p_nodes, p_tasks)
-         WITH ORDINALITY AS i(project, operation, commit_sha, key, payload, node, task, n)
-    LEFT JOIN fleetq.operations o ON o.project = i.project AND o.name = i.operation
-    WHERE o.name IS NULL OR o.retired_at IS NOT NULL
-       OR i.commit_sha IS NULL OR i.commit_sha !~ '^[0-9a-f]{40}$'
-       OR (i.payload IS NOT NULL AND jsonb_typeof(i.payload) <> 'object')
-       OR octet_length(i.payload::text) > v_limit
-       OR i.key = '' OR length(i.key) > 256 OR i.node = '' OR i.task = ''
-    ORDER BY i.n LIMIT 1;
+    -- each job's first problem (and its SQLSTATE), the first job with one named
+    SELECT format('job %s: %s', c.n, c.problem) AS message, c.code INTO v_bad
+    FROM (SELECT i.n,
+                 CASE WHEN o.name IS NULL
+                          THEN format('project %s does not allow operation %s', i.project,
+                                      i.operation)
+                      WHEN o.retired_at IS NOT NULL
+                          THEN format('operation %s/%s was removed', i.project, i.operation)
+                      WHEN i.commit_sha IS NULL OR i.commit_sha !~ '^[0-9a-f]{40}$'
+                          THEN 'commit must be a full 40-character hex SHA'
+                      WHEN jsonb_typeof(i.payload) <> 'object'
+                          THEN 'payload must be a JSON object'
+                      WHEN octet_length(i.payload::text) > v_limit
+                          THEN format('payload is %s bytes, over the limit of %s',
+                                      octet_length(i.payload::text), v_limit)
+                      WHEN i.key = '' OR length(i.key) > 256 OR i.node = '' OR i.task = ''
+                          THEN 'an idempotency key, node or task is empty or too long'
+                 END AS problem,
+                 CASE WHEN o.name IS NULL OR o.retired_at IS NOT NULL THEN 'FQ002'
+                      ELSE 'FQ003' END AS code
+          FROM unnest(p_projects, p_operations, p_commits, p_keys, p_payloads, p_nodes,
+                      p_tasks)
+               WITH ORDINALITY AS i(project, operation, commit_sha, key, payload, node, task, n)
+          LEFT JOIN fleetq.operations o ON o.project = i.project AND o.name = i.operation) c
+    WHERE c.problem IS NOT NULL
+    ORDER BY c.n LIMIT 1;
     IF FOUND THEN
-        IF v_bad.unknown THEN
-            RAISE EXCEPTION 'job %: project % does not allow operation %', v_bad.n,
-                v_bad.project, v_bad.operation USING ERRCODE = 'FQ002';
-        ELSIF v_bad.retired THEN
-            RAISE EXCEPTION 'job %: operation %/% was removed', v_bad.n, v_bad.project,
-                v_bad.operation USING ERRCODE = 'FQ002';
-        ELSIF v_bad.commit_sha IS NULL OR v_bad.commit_sha !~ '^[0-9a-f]{40}$' THEN
-            RAISE EXCEPTION 'job %: commit must be a full 40-character hex SHA', v_bad.n
-                USING ERRCODE = 'FQ003';
-        ELSIF jsonb_typeof(v_bad.payload) <> 'object' THEN
-            RAISE EXCEPTION 'job %: payload must be a JSON object', v_bad.n
-                USING ERRCODE = 'FQ003';
-        ELSIF octet_length(v_bad.payload::text) > v_limit THEN
-            RAISE EXCEPTION 'job %: payload is % bytes, over the limit of %', v_bad.n,
-                octet_length(v_bad.payload::text), v_limit USING ERRCODE = 'FQ003';
-        END IF;
-        RAISE EXCEPTION 'job %: an idempotency key, node or task is empty or too long', v_bad.n
-            USING ERRCODE = 'FQ003';
+        RAISE EXCEPTION '%', v_bad.message USING ERRCODE = v_bad.code;
     END IF;
 
     -- Ids are drawn in input order (a volatile target list is computed after the sort);

@@ -46,9 +46,11 @@ SELECT * FROM fleetq.submit('bench', 'stamp', repeat('0', 40), NULL, NULL, NULL,
                             $1::text::jsonb);
 
 -- name: bench_producer_latency
--- The producer's clock before each latency job's submit, and the handler's at its first
--- line (its log tail). $1 first job id
-SELECT (j.payload->>'t0')::float8 AS t0, v.log_tail::float8 AS started
+-- Enqueue -> start on the producer's clock, in ms: from the clock just before each
+-- latency job's submit (its payload) to the handler's at its first line (its log tail).
+-- $1 first job id
+SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
+           (ORDER BY (v.log_tail::float8 - (j.payload->>'t0')::float8) * 1000) AS ms
 FROM fleetq.jobs j JOIN fleetq.verdicts v ON v.job_id = j.id
 WHERE j.id >= $1::bigint AND j.operation = 'stamp' AND v.verdict = 'passed';
 
