@@ -79,6 +79,11 @@ async def claim(
     return [Claim.model_validate(row) for row in rows]
 
 
+async def announce_lane(driver: Driver, lane: str) -> None:
+    """Wake every runner of `lane`, so one with room looks for its queued jobs."""
+    await driver.fetch(queries.sql("lease_announce_lane"), lane)
+
+
 async def heartbeat(
     driver: Driver, *, runner: RunnerId, leases: Sequence[tuple[JobId, FencingToken]]
 ) -> list[HeartbeatResult]:

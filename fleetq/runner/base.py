@@ -74,6 +74,9 @@ class RunnerBase:
     async def _close_unrun_executions(self) -> None:
         raise NotImplementedError
 
+    def _running_in(self, lane: str) -> int:
+        raise NotImplementedError
+
     # -- shared helpers ------------------------------------------------------------------
 
     def _wake_all(self) -> None:

@@ -12,12 +12,16 @@ import time
 
 import asyncpg
 
+from fleetq.core import leasing
 from fleetq.core.driver import mapped_errors
 from fleetq.core.models import JobId
 from fleetq.runner import identity, loops
 from fleetq.runner.base import RunnerBase, log
 
 PING_S = 10.0
+# A job announced to another runner is looked for this long after (once per lane, however
+# many arrive meanwhile): what a job waits when the runner chosen for it died unseen.
+LOOKOUT_S = 1.0
 # If this node dies, the server ends the LISTEN session (and frees the runner id) within
 # about half a minute, not the kernel's two hours.
 LISTEN_KEEPALIVES = {
@@ -111,9 +115,34 @@ class Control(RunnerBase):
                 await conn.fetchval("SELECT 1", timeout=5)  # a silent network drop shows here
 
     def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        wake = self.wakes.get(str(payload))
-        if wake is not None:
+        """A wake-up names a lane, or a lane and the one runner chosen to claim a new job
+        (`fleetq.announce_job`). Another runner's job is looked for once, LOOKOUT_S later
+        (or a poll interval, if shorter): the chosen runner may have died before claiming
+        it. A job named for this
+        runner while its lane is full is announced to the whole lane."""
+        lane, _, chosen = str(payload).partition(" ")
+        wake = self.wakes.get(lane)
+        if wake is None:
+            return
+        if not chosen or chosen == self.runner:
             wake.set()
+            if chosen and self._running_in(lane) >= self.config.lanes[lane]:
+                self._spawn(leasing.announce_lane(self.driver, lane))
+        elif lane not in self._lookouts:
+            self._lookouts[lane] = asyncio.get_running_loop().call_later(
+                min(self.config.poll_interval_s, LOOKOUT_S), self._look, lane
+            )
+
+    def _look(self, lane: str) -> None:
+        self._lookouts.pop(lane, None)
+        self.wakes[lane].set()
+
+    @property
+    def _lookouts(self) -> dict[str, asyncio.TimerHandle]:
+        """Per lane, the pending look for a job announced to another runner."""
+        if not hasattr(self, "_pending_looks"):
+            self._pending_looks: dict[str, asyncio.TimerHandle] = {}
+        return self._pending_looks
 
     def _on_control(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         kind, _, ident = str(payload).partition(":")

@@ -108,6 +108,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         # while): its leases are not ours to report lost, release or mark offline
         self.displaced = False
         self._operations: dict[tuple[str, str], Operation] = {}
+        self._reading_operations: asyncio.Future[dict[tuple[str, str], Operation]] | None = None
         # runs replaced by this runner's own newer claim of their job, until they end
         # runs of this runner stopping because it claimed their job again: task -> (job, token)
         self._superseded: dict[asyncio.Task[None], tuple[JobId, FencingToken]] = {}
@@ -531,18 +532,25 @@ class RunnerService(Claiming, LeaseKeeping, Control):
 
     async def _operation(self, project: str, name: str) -> Operation | None:
         if (project, name) not in self._operations:
-            rows = await self.driver.fetch(queries.sql("lease_operations"))
-            self._operations = {
-                (r["project"], r["operation"]): Operation(
-                    command=r["command"],
-                    handler=r["handler"],
-                    timeout_s=r["timeout_s"],
-                    repository=r["repository"],
-                    limits=executor.Limits.model_validate(r["limits"] or {}),
-                )
-                for r in rows
-            }
+            # one read for every job that misses at once (a first batch of 256 jobs made
+            # 256 reads); a read that failed is not shared with the next miss
+            if self._reading_operations is None or self._reading_operations.done():
+                self._reading_operations = asyncio.ensure_future(self._read_operations())
+            self._operations = await asyncio.shield(self._reading_operations)
         return self._operations.get((project, name))
+
+    async def _read_operations(self) -> dict[tuple[str, str], Operation]:
+        rows = await self.driver.fetch(queries.sql("lease_operations"))
+        return {
+            (r["project"], r["operation"]): Operation(
+                command=r["command"],
+                handler=r["handler"],
+                timeout_s=r["timeout_s"],
+                repository=r["repository"],
+                limits=executor.Limits.model_validate(r["limits"] or {}),
+            )
+            for r in rows
+        }
 
     # -- leases, state, wake-ups -------------------------------------------------------
 

@@ -44,6 +44,76 @@ AS $function$
     END
 $function$;
 
+-- Announce one new queued job (a submit's wake-up). Every runner of a lane LISTENs, and
+-- a wake-up that names only the lane makes each of them claim, though one takes the job:
+-- with n runners, n - 1 claims find nothing, each a round trip and a plpgsql call on both
+-- sides. So the runner that can take the job now and has the most room left in its lane
+-- (ties at random) is named after the lane, "lane runner", and only it claims; the others
+-- look once, a poll interval later, in case it died before claiming (fleetq/runner/
+-- control.py). When no runner can take the job now, the lane is named alone: the job waits
+-- for room, and a runner that frees some claims again anyway.
+CREATE OR REPLACE FUNCTION fleetq.announce_job(p_job bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_lane text;
+    v_runner text;
+BEGIN
+    SELECT j.lane,
+           (SELECT rl.runner_id
+            FROM fleetq.runner_lanes rl JOIN fleetq.runners r ON r.id = rl.runner_id
+            WHERE rl.lane = j.lane
+              AND fleetq.ineligibility(j.capabilities, j.requested_node, j.memory_mb,
+                                       j.cpu_millis, r.node, r.capabilities, r.state,
+                                       fleetq.runner_is_stale(r.last_heartbeat_at),
+                                       r.memory_mb - r.reserved_memory_mb,
+                                       r.cpu_millis - r.reserved_cpu_millis,
+                                       rl.slots, rl.slots_used) IS NULL
+            ORDER BY rl.slots_used::float8 / rl.slots, random()
+            LIMIT 1)
+    INTO v_lane, v_runner
+    FROM fleetq.jobs j WHERE j.id = p_job;
+    PERFORM pg_notify('fleetq_work', concat_ws(' ', v_lane, v_runner));
+END;
+$function$;
+
+-- The room fleet-wide caps (migration 0016) leave in a lane: the lane's own (NULL: no
+-- cap), and each capped project's, with the projects that have none left. p_lock takes the
+-- capped lane's row and every capped project's first (NO KEY UPDATE: submits, whose
+-- foreign keys take KEY SHARE, are not held up), so claims under one cap run one at a
+-- time and each counts what the one before committed; unlocked, it is only the claim's
+-- first estimate, which chooses the jobs to hold.
+CREATE OR REPLACE FUNCTION fleetq.claim_rooms(p_lane text, p_lane_cap integer, p_project_caps boolean, p_lock boolean, OUT lane_room bigint, OUT cap_projects text[], OUT cap_rooms bigint[], OUT full_projects text[])
+ RETURNS record
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF p_lane_cap IS NOT NULL THEN
+        IF p_lock THEN
+            PERFORM 1 FROM fleetq.lanes WHERE name = p_lane FOR NO KEY UPDATE;
+        END IF;
+        SELECT greatest(0, p_lane_cap - count(*)) INTO lane_room
+        FROM fleetq.jobs WHERE reserved_on IS NOT NULL AND lane = p_lane;
+    END IF;
+    IF p_project_caps THEN
+        IF p_lock THEN
+            PERFORM 1 FROM fleetq.projects WHERE max_running IS NOT NULL
+            ORDER BY name FOR NO KEY UPDATE;
+        END IF;
+        SELECT array_agg(p.name), array_agg(greatest(0, p.max_running - coalesce(c.n, 0)))
+        INTO cap_projects, cap_rooms
+        FROM fleetq.projects p
+        LEFT JOIN (SELECT j.project, count(*) AS n FROM fleetq.jobs j
+                   WHERE j.reserved_on IS NOT NULL GROUP BY j.project) c
+               ON c.project = p.name
+        WHERE p.max_running IS NOT NULL;
+        SELECT array_agg(t.project) INTO full_projects
+        FROM unnest(cap_projects, cap_rooms) AS t(project, room) WHERE t.room = 0;
+    END IF;
+END;
+$function$;
+
 CREATE OR REPLACE FUNCTION fleetq.claim_unchecked(p_runner text, p_lane text, p_limit integer, p_claim_id uuid)
  RETURNS TABLE(job_id bigint, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint, traceparent text)
  LANGUAGE plpgsql
@@ -52,6 +122,8 @@ AS $function$
 DECLARE
     r fleetq.runners%ROWTYPE;
     l record;  -- slots, slots_used, lane_cap, project_caps
+    v_held bigint[];             -- the queued jobs this claim holds (row locks)
+    v_taken integer;
     v_free_memory integer;
     v_free_cpu integer;
     v_offline boolean;
@@ -76,39 +148,56 @@ BEGIN
         RETURN;
     END IF;
 
-    -- A claim that finds nothing writes nothing. Most wake-ups find no work for this
-    -- runner (a submit's NOTIFY wakes every runner of its lane, and one takes the job),
-    -- and the lock below on the runner's row is a write: a transaction id, WAL, a dirtied
-    -- page. So first an unlocked look with what the runner's rows say now: no queued job
-    -- this runner could take, no claim. A job that becomes claimable after this look is
-    -- announced (NOTIFY on submit, requeue, release, a freed dependency) and wakes the
-    -- runner again; the look only ever skips work a locked claim would not find either.
+    -- A claim holds its jobs before it locks its runner's row: a claim that finds
+    -- nothing, or loses the race for what it found, writes nothing. Most wake-ups are
+    -- such: a submit's NOTIFY wakes every runner of its lane, one takes the job, the
+    -- others find it held or gone. Every row lock is a write (a transaction id, WAL, a
+    -- dirtied page), and locking the runner's row first made each of those wake-ups one.
+    -- So the jobs are chosen on what the runner's rows say now, unlocked, and held with
+    -- FOR UPDATE SKIP LOCKED (SKIP LOCKED: a row another claimer holds is skipped, not
+    -- waited for, so an empty answer does not prove the queue is empty). A held job
+    -- waits on nothing: it is held only by this claim until it commits.
     SELECT * INTO r FROM fleetq.runners WHERE id = p_runner;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown runner %', p_runner USING ERRCODE = 'FQ004';
     END IF;
-    SELECT rl.slots, rl.slots_used INTO l
-    FROM fleetq.runner_lanes rl WHERE rl.runner_id = p_runner AND rl.lane = p_lane;
-    IF NOT EXISTS (
-        SELECT 1 FROM fleetq.jobs j
+    SELECT rl.slots, rl.slots_used, ln.max_running AS lane_cap,
+           EXISTS (SELECT 1 FROM fleetq.projects p WHERE p.max_running > 0) AS project_caps
+    INTO l
+    FROM fleetq.runner_lanes rl JOIN fleetq.lanes ln ON ln.name = rl.lane
+    WHERE rl.runner_id = p_runner AND rl.lane = p_lane;
+    IF l.lane_cap IS NOT NULL OR l.project_caps THEN
+        SELECT * INTO v_lane_room, v_cap_projects, v_cap_rooms, v_full_projects
+        FROM fleetq.claim_rooms(p_lane, l.lane_cap, l.project_caps, false);
+    END IF;
+    WITH candidates AS (
+        -- Eligible queued jobs in priority order: an index scan on jobs_queued that stops
+        -- at the limit.
+        SELECT j.id
+        FROM fleetq.jobs j
         WHERE j.state = 'queued' AND j.lane = p_lane
           AND fleetq.eligible(j.capabilities, j.requested_node, j.memory_mb, j.cpu_millis,
                               r.node, r.capabilities, r.state,
                               fleetq.runner_is_stale(r.last_heartbeat_at),
                               r.memory_mb - r.reserved_memory_mb,
-                              r.cpu_millis - r.reserved_cpu_millis, l.slots, l.slots_used))
-    THEN
+                              r.cpu_millis - r.reserved_cpu_millis, l.slots, l.slots_used)
+          AND j.project <> ALL (coalesce(v_full_projects, '{}'))
+        ORDER BY j.priority_class, j.created_at, j.id
+        LIMIT least(p_limit, coalesce(l.slots - l.slots_used, 0), coalesce(v_lane_room, p_limit))
+        FOR UPDATE SKIP LOCKED
+    )
+    SELECT array_agg(c.id) INTO v_held FROM candidates c;
+    IF v_held IS NULL THEN
         RETURN;
     END IF;
 
     -- Claims of one runner serialize on its row, so the free capacity read here is still
-    -- free when the reservation below is written.
+    -- free when the reservation below is written; the held jobs are taken as far as it
+    -- goes.
     SELECT * INTO r FROM fleetq.runners WHERE id = p_runner FOR UPDATE;
     IF NOT FOUND THEN  -- forgotten since the look above
         RAISE EXCEPTION 'unknown runner %', p_runner USING ERRCODE = 'FQ004';
     END IF;
-    -- the runner's room in the lane, and whether a fleet-wide cap applies (one statement:
-    -- in a claim that finds nothing every statement counts)
     SELECT rl.slots, rl.slots_used, ln.max_running AS lane_cap,
            EXISTS (SELECT 1 FROM fleetq.projects p WHERE p.max_running > 0) AS project_caps
     INTO l
@@ -117,45 +206,27 @@ BEGIN
     v_free_memory := r.memory_mb - r.reserved_memory_mb;
     v_free_cpu := r.cpu_millis - r.reserved_cpu_millis;
     v_offline := fleetq.runner_is_stale(r.last_heartbeat_at);
-
-    -- Fleet-wide caps (migration 0016). A capped lane's row, and every capped project's,
-    -- is taken (NO KEY UPDATE: submits, whose foreign keys take KEY SHARE, are not
-    -- held up) before counting what holds capacity under it: claims under one cap run
-    -- one at a time, and each new statement sees what the one before committed.
-    IF l.lane_cap IS NOT NULL THEN
-        PERFORM 1 FROM fleetq.lanes WHERE name = p_lane FOR NO KEY UPDATE;
-        SELECT greatest(0, l.lane_cap - count(*)) INTO v_lane_room
-        FROM fleetq.jobs WHERE reserved_on IS NOT NULL AND lane = p_lane;
-    END IF;
-    IF l.project_caps THEN
-        PERFORM 1 FROM fleetq.projects WHERE max_running IS NOT NULL
-        ORDER BY name FOR NO KEY UPDATE;
-        SELECT array_agg(p.name), array_agg(greatest(0, p.max_running - coalesce(c.n, 0)))
-        INTO v_cap_projects, v_cap_rooms
-        FROM fleetq.projects p
-        LEFT JOIN (SELECT j.project, count(*) AS n FROM fleetq.jobs j
-                   WHERE j.reserved_on IS NOT NULL GROUP BY j.project) c
-               ON c.project = p.name
-        WHERE p.max_running IS NOT NULL;
-        SELECT array_agg(t.project) INTO v_full_projects
-        FROM unnest(v_cap_projects, v_cap_rooms) AS t(project, room) WHERE t.room = 0;
+    v_lane_room := NULL;
+    v_cap_projects := NULL;
+    v_cap_rooms := NULL;
+    v_full_projects := NULL;
+    IF l.lane_cap IS NOT NULL OR l.project_caps THEN
+        SELECT * INTO v_lane_room, v_cap_projects, v_cap_rooms, v_full_projects
+        FROM fleetq.claim_rooms(p_lane, l.lane_cap, l.project_caps, true);
     END IF;
 
     RETURN QUERY
     WITH candidates AS (
-        -- Eligible queued jobs in priority order: an index scan on jobs_queued that stops
-        -- at the limit. SKIP LOCKED: a row another claimer holds is skipped, not waited
-        -- for, so an empty answer does not prove the queue is empty.
+        -- The held jobs that still qualify under the lock, in priority order.
         SELECT j.id, j.project, j.memory_mb, j.cpu_millis, j.priority_class, j.created_at
         FROM fleetq.jobs j
-        WHERE j.state = 'queued' AND j.lane = p_lane
+        WHERE j.id = ANY (v_held)
           AND fleetq.eligible(j.capabilities, j.requested_node, j.memory_mb, j.cpu_millis,
                               r.node, r.capabilities, r.state, v_offline, v_free_memory,
                               v_free_cpu, l.slots, l.slots_used)
           AND j.project <> ALL (coalesce(v_full_projects, '{}'))
         ORDER BY j.priority_class, j.created_at, j.id
         LIMIT least(p_limit, coalesce(l.slots - l.slots_used, 0), coalesce(v_lane_room, p_limit))
-        FOR UPDATE SKIP LOCKED
     ),
     capped AS (
         -- Within each capped project's room (a project not capped has none to keep to).
@@ -226,7 +297,19 @@ BEGIN
     FROM taken t
     ORDER BY t.priority_class, t.created_at, t.id;
 
-    IF FOUND THEN
+    GET DIAGNOSTICS v_taken = ROW_COUNT;
+
+    -- Other runners are told to look when this claim leaves jobs they could take: jobs it
+    -- held and did not take (its room shrank, a cap filled meanwhile), which they skipped
+    -- while they were held; or jobs still queued once it filled its room, which may have
+    -- been announced to this runner alone (fleetq.announce_job).
+    IF v_taken < cardinality(v_held)
+       OR (v_taken = l.slots - l.slots_used
+           AND EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.state = 'queued' AND j.lane = p_lane))
+    THEN
+        PERFORM pg_notify('fleetq_work', p_lane);
+    END IF;
+    IF v_taken > 0 THEN
         PERFORM pg_notify('fleetq_events', '');
     END IF;
 END;

@@ -110,7 +110,7 @@ BEGIN
             RETURN;
         END IF;
         IF NOT v_waiting THEN
-            PERFORM pg_notify('fleetq_work', v_op.lane);
+            PERFORM fleetq.announce_job(v_id);
         END IF;
         RETURN QUERY SELECT v_id, true, CASE WHEN v_waiting THEN 'waiting' ELSE 'queued' END, v_class;
         RETURN;

@@ -3,7 +3,7 @@ every runner serving its lane and one of them takes the job; the others' claims 
 lock their runner's row all the same, which is a write (a transaction id, WAL, a dirtied
 page) for nothing. Here each claim runs in a transaction of its own and
 `txid_current_if_assigned()` says whether it wrote anything (mutant
-claim-locks-before-looking)."""
+claim-locks-runner-before-jobs)."""
 
 from __future__ import annotations
 
@@ -46,3 +46,43 @@ async def test_a_claim_that_finds_nothing_writes_nothing(
     # its one slot is now full: more work waits, and looking for it writes nothing
     await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="ci")
     assert _claim_in_a_transaction(db_dsn, runner, "checks") == ([], False)
+
+
+async def test_a_claim_that_loses_the_race_writes_nothing(
+    driver: Driver, db_dsn: str, sync_conn: SyncConnection
+) -> None:
+    """Two runners woken by one submit both find the job queued; the one whose claim
+    finds it held by the other takes nothing, and writes nothing either: the claim holds
+    its jobs before it locks its runner's row (mutant claim-locks-runner-before-jobs)."""
+    fleet.operations(sync_conn)
+    first = await fleet.runner(driver, "r1")
+    second = await fleet.runner(driver, "r2")
+    job = await producer.submit(
+        driver, project="tools", operation="lint", commit=SHA, submitted_by="ci"
+    )
+    with connect(db_dsn) as winner:
+        taken = [row[0] for row in winner.execute(CLAIM.encode(), [first, "checks"]).fetchall()]
+        assert taken == [job.job_id]  # held, not yet committed
+        assert _claim_in_a_transaction(db_dsn, second, "checks") == ([], False)
+        winner.commit()
+
+
+async def test_jobs_held_and_not_taken_wake_the_lane(
+    driver: Driver, db_dsn: str, sync_conn: SyncConnection
+) -> None:
+    """A claim holds the jobs it chose on an unlocked look, then takes as many as its
+    runner's room allows under the lock. Other runners skipped the rest while they were
+    held: the claim tells them to look again, or they would wait for their next poll."""
+    fleet.operations(sync_conn)
+    # room for one 1024 MB unit job, not two: each fits alone, both do not
+    small = await fleet.runner(driver, "small", memory_mb=1500)
+    for _ in range(2):
+        await producer.submit(
+            driver, project="webapp", operation="unit", commit=SHA, submitted_by="ci"
+        )
+    with connect(db_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN fleetq_work")
+        taken, _ = _claim_in_a_transaction(db_dsn, small, "checks")
+        assert len(taken) == 1
+        heard = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
+    assert heard == ["checks"]

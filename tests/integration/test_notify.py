@@ -53,7 +53,8 @@ async def test_hints_on_submit_cancel_and_drain(
             submitted_by="alice",
             payload={"secret": "hunter2"},
         )
-        await hints.wait_for("fleetq_work", "checks")
+        # the lane, and the one runner chosen to claim (the only one here)
+        await hints.wait_for("fleetq_work", f"checks {runner}")
         await hints.wait_for("fleetq_events", "")
         await leasing.claim(driver, runner=runner, lane="checks", limit=1)
         await producer.cancel(driver, job_id=job.job_id, actor="ops")
@@ -65,3 +66,37 @@ async def test_hints_on_submit_cancel_and_drain(
     finally:
         await listener.close()
     assert not any("hunter2" in payload for _, payload in hints.seen)
+
+
+async def test_a_new_job_is_announced_to_the_runner_with_most_room(
+    db_dsn: str, driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """A submit wakes one runner, not the whole lane: every runner of a lane LISTENs,
+    and a wake-up naming only the lane makes each of them claim, though one takes the job.
+    The chosen one can take the job now and has the most room left in its lane; when no
+    runner can, the lane is named alone."""
+    fleet.operations(sync_conn)
+    busy = await fleet.runner(driver, "busy")
+    idle = await fleet.runner(driver, "idle")
+    for _ in range(2):
+        await producer.submit(
+            driver, project="tools", operation="lint", commit=SHA, submitted_by="ci"
+        )
+    assert len(await leasing.claim(driver, runner=busy, lane="checks", limit=2)) == 2
+    listener = await asyncpg.connect(db_dsn)
+    hints = Hints()
+    await listener.add_listener("fleetq_work", hints)
+    try:
+        await producer.submit(
+            driver, project="tools", operation="lint", commit=SHA, submitted_by="ci"
+        )
+        await hints.wait_for("fleetq_work", f"checks {idle}")
+        # no runner has the browser capability: the lane alone, so any that gains room
+        # or a new runner of the lane looks
+        await producer.submit(
+            driver, project="webapp", operation="browser", commit=SHA, submitted_by="ci"
+        )
+        await hints.wait_for("fleetq_work", "checks")
+    finally:
+        await listener.close()
+    assert ("fleetq_work", f"checks {busy}") not in hints.seen

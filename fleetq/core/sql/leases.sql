@@ -2,6 +2,10 @@
 -- migrations/0002_queue_protocol.sql; the casts make asyncpg and psycopg send the same
 -- types, so function resolution never depends on the driver.
 
+-- name: lease_announce_lane
+-- Wake every runner of lane $1 (a job announced to this runner, which has no room for it).
+SELECT pg_notify('fleetq_work', $1::text);
+
 -- name: lease_claim
 -- Take up to $3 eligible jobs of lane $2 for runner $1, as claim $4 (a client-made uuid:
 -- a retry with the same id returns what the first attempt took).
