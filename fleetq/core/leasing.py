@@ -136,6 +136,40 @@ async def complete_many(
     return [JobWrite.model_validate(row) for row in rows]
 
 
+async def complete_and_claim(
+    driver: Driver,
+    *,
+    runner: RunnerId,
+    outcomes: Sequence[OutcomeReport],
+    lane: str,
+    limit: int,
+    claim_id: uuid.UUID,
+) -> tuple[list[JobWrite], list[Claim]]:
+    """`complete_many`, then a claim of up to `limit` jobs of `lane` for the room those
+    outcomes free, in one transaction (a retry with the same claim id returns what the
+    first attempt took, and outcomes already written answer `already`)."""
+    _no_duplicates([o.job_id for o in outcomes])
+    rows = await driver.fetch(
+        queries.sql("lease_complete_and_claim"),
+        runner,
+        [o.job_id for o in outcomes],
+        [o.lease_version for o in outcomes],
+        [o.outcome.value for o in outcomes],
+        [o.exit_code for o in outcomes],
+        [o.reason for o in outcomes],
+        [o.log_tail for o in outcomes],
+        [o.prepare_ms for o in outcomes],
+        [o.run_ms for o in outcomes],
+        [ago_ms(o.ended_monotonic) for o in outcomes],
+        lane,
+        limit,
+        claim_id,
+    )
+    answers = [JobWrite.model_validate(r) for r in rows if r["kind"] == "outcome"]
+    claims = [Claim.model_validate(r) for r in rows if r["kind"] == "claim"]
+    return answers, claims
+
+
 async def complete(driver: Driver, *, runner: RunnerId, outcome: OutcomeReport) -> WriteStatus:
     """Record one outcome; raises `StaleLease` if the lease moved on."""
     (answer,) = await complete_many(driver, runner=runner, outcomes=[outcome])

@@ -35,6 +35,7 @@ class RunnerBase:
     tasks: dict[JobId, asyncio.Task[None]]
     _superseded: dict[asyncio.Task[None], tuple[JobId, FencingToken]]
     wakes: dict[str, asyncio.Event]
+    _looked_after: set[JobId]
     state: RunnerState
     shutdown_requested: asyncio.Event
     immediate_requested: asyncio.Event

@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 
 from fleetq.core import leasing
-from fleetq.core.models import RunnerState
+from fleetq.core.models import Claim, JobId, OutcomeReport, RunnerState
 from fleetq.runner import loops, metrics
 from fleetq.runner.base import RunnerBase, log
+from fleetq.runner.reporter import Refill
 
 
 class Claiming(RunnerBase):
@@ -53,13 +55,7 @@ class Claiming(RunnerBase):
                     continue
                 backoff.reset()
                 claim_id, claimed_at, sent = uuid.uuid4(), sent, None
-                metrics.CLAIMS.labels(lane).inc(len(claims))
-                for c in claims:
-                    self._launch(c, lane, claimed_at)
-                if claims and time.monotonic() - claimed_at > self._beat_s():
-                    # a retried claim's lease dates from its first send: renew it now
-                    # rather than let the self-fence stop a run that just began
-                    self._spawn(self._heartbeat_once())
+                self._took(claims, lane, claimed_at)
                 if claims:
                     idle_wait = self.config.poll_interval_s
                 if len(claims) == limit:
@@ -71,3 +67,46 @@ class Claiming(RunnerBase):
                 idle_wait = min(
                     idle_wait * 2, max(self.config.poll_max_s, self.config.poll_interval_s)
                 )
+
+    def _took(self, claims: list[Claim], lane: str, claimed_at: float) -> None:
+        """Launch what a claim took; `claimed_at` is when it was first sent."""
+        metrics.CLAIMS.labels(lane).inc(len(claims))
+        for c in claims:
+            self._launch(c, lane, claimed_at)
+        if claims and time.monotonic() - claimed_at > self._beat_s():
+            # a retried claim's lease dates from its first send: renew it now rather
+            # than let the self-fence stop a run that just began
+            self._spawn(self._heartbeat_once())
+
+    def _refill_for(self, reports: list[OutcomeReport]) -> Refill | None:
+        """The claim to send with these outcomes: the room they free in the lane most of
+        them ran in, and what is free there already (the outcome writer asks, per batch).
+        None while the runner is not claiming."""
+        if not self._claiming():
+            return None
+        ran = {
+            r.job_id: ex.lane
+            for r in reports
+            if (ex := self.executions.get(r.job_id)) is not None
+            and ex.claim.lease_version == r.lease_version
+        }
+        if not ran:
+            return None
+        lane, freed = Counter(ran.values()).most_common(1)[0]
+        limit = min(self.config.batch, self.config.lanes[lane] - self._running_in(lane) + freed)
+        if limit < 1:
+            return None
+        return Refill(
+            lane=lane,
+            limit=limit,
+            claim_id=uuid.uuid4(),
+            sent=time.monotonic(),
+            jobs=frozenset(job for job, ran_in in ran.items() if ran_in == lane),
+        )
+
+    def _refilled(self, claims: list[Claim], refill: Refill) -> None:
+        self._took(claims, refill.lane, refill.sent)
+        if len(claims) < refill.limit:
+            # the claim found the lane empty for this runner right after these jobs freed
+            # their room: their ends need not wake the claim loop to look again
+            self._looked_after.update(JobId(j) for j in refill.jobs)

@@ -6,17 +6,25 @@ makes one round trip, and an idle runner still writes a lone outcome at once. An
 database error (a lost connection, a lock held past `lock_timeout`, a statement timeout)
 keeps the batch and retries it with backoff (an outcome that did commit answers
 `already`, so a retry is safe); a stale answer is logged and counted, never retried.
+
+A batch may carry a claim for the room its outcomes free (`Refill`, asked of the runner
+per batch): outcomes and claim are then one transaction instead of two, and where a
+runner runs few jobs at once that is a commit per job less. The claim keeps its id
+across the batch's retries, so a claim that committed is returned, not lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from fleetq.core import leasing
 from fleetq.core.driver import Driver
 from fleetq.core.errors import FleetqError
-from fleetq.core.models import JobWrite, Outcome, OutcomeReport, RunnerId, WriteStatus
+from fleetq.core.models import Claim, JobWrite, Outcome, OutcomeReport, RunnerId, WriteStatus
 from fleetq.runner import metrics
 from fleetq.runner.loops import Backoff, environmental, transient, wait_or
 
@@ -30,14 +38,38 @@ class OutcomeNotRecorded(FleetqError):
     lease is left to expire and the job runs again."""
 
 
+@dataclass(frozen=True)
+class Refill:
+    """A claim to make with a batch of outcomes, for the room they free."""
+
+    lane: str
+    limit: int
+    claim_id: uuid.UUID
+    sent: float  # monotonic time of the first send: the lease's clock (fencing)
+    jobs: frozenset[int] = frozenset()  # the batch's jobs that ran in `lane`
+
+
+RefillFor = Callable[[list[OutcomeReport]], "Refill | None"]
+Refilled = Callable[[list[Claim], Refill], None]
+
+
 class Reporter:
     """Batches outcome writes for one runner."""
 
     def __init__(
-        self, driver: Driver, runner: RunnerId, give_up: asyncio.Event | None = None
+        self,
+        driver: Driver,
+        runner: RunnerId,
+        give_up: asyncio.Event | None = None,
+        *,
+        refill_for: RefillFor | None = None,
+        refilled: Refilled | None = None,
     ) -> None:
         self.driver = driver
         self.runner = runner
+        self.refill_for = refill_for
+        self.refilled = refilled
+        self.refill: Refill | None = None  # the claim of the batch being written
         self.pending: list[tuple[OutcomeReport, asyncio.Future[WriteStatus]]] = []
         self.wake = asyncio.Event()
         self.backoff = Backoff()
@@ -72,15 +104,20 @@ class Reporter:
     async def run_once(self) -> int:
         """Write one batch; returns how many outcomes it settled."""
         batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
+        reports = [r for r, _ in batch]
+        if self.refill is None and self.refill_for is not None:
+            self.refill = self.refill_for(reports)
         try:
-            answers = await self._write([r for r, _ in batch])
+            answers = await self._write(reports, self.refill)
         except Exception as exc:
             error = environmental(exc)
             if error is None:
                 self.pending = batch + self.pending
                 raise
             if not transient(error):
-                # one of them can never be stored: settle each on its own
+                # one of them can never be stored: settle each on its own (the claim,
+                # which may be what was refused, is left to the claim loop)
+                self.refill = None
                 return await self._one_by_one(batch, error)
             self.pending = batch + self.pending
             if self.give_up.is_set():
@@ -95,12 +132,26 @@ class Reporter:
             await wait_or(self.give_up, delay)
             return 0
         self.backoff.reset()
+        self.refill = None
         for (report, future), answer in zip(batch, answers, strict=True):
             self._settle(report, future, answer.status)
         return len(batch)
 
-    async def _write(self, reports: list[OutcomeReport]) -> list[JobWrite]:
-        return await leasing.complete_many(self.driver, runner=self.runner, outcomes=reports)
+    async def _write(
+        self, reports: list[OutcomeReport], refill: Refill | None = None
+    ) -> list[JobWrite]:
+        if refill is None or self.refilled is None:
+            return await leasing.complete_many(self.driver, runner=self.runner, outcomes=reports)
+        answers, claims = await leasing.complete_and_claim(
+            self.driver,
+            runner=self.runner,
+            outcomes=reports,
+            lane=refill.lane,
+            limit=refill.limit,
+            claim_id=refill.claim_id,
+        )
+        self.refilled(claims, refill)
+        return answers
 
     async def _one_by_one(
         self, batch: list[tuple[OutcomeReport, asyncio.Future[WriteStatus]]], error: FleetqError

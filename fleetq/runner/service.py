@@ -108,6 +108,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         # while): its leases are not ours to report lost, release or mark offline
         self.displaced = False
         self._operations: dict[tuple[str, str], Operation] = {}
+        self._looked_after: set[JobId] = set()  # see Claiming._refilled
         self._reading_operations: asyncio.Future[dict[tuple[str, str], Operation]] | None = None
         # runs replaced by this runner's own newer claim of their job, until they end
         # runs of this runner stopping because it claimed their job again: task -> (job, token)
@@ -154,7 +155,13 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             timeout=10,  # to connect
         )
         self.driver = AsyncpgDriver(pool)
-        self.reporter = Reporter(self.driver, self.runner, give_up=self.immediate_requested)
+        self.reporter = Reporter(
+            self.driver,
+            self.runner,
+            give_up=self.immediate_requested,
+            refill_for=self._refill_for,
+            refilled=self._refilled,
+        )
         directory = self.config.directory()
         self.kit = Toolkit(
             driver=self.driver,
@@ -427,7 +434,11 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             self.executions.pop(job_id, None)
             self.tasks.pop(job_id, None)
         self._slot_gauges[lane].dec()
-        self.wakes[lane].set()
+        if job_id in self._looked_after:
+            # its outcome went with a claim that found the lane empty: nothing to look for
+            self._looked_after.discard(job_id)
+        else:
+            self.wakes[lane].set()
         if self.state == RunnerState.DRAINING and not self.executions:
             self._spawn(self._heartbeat_once())  # say "drained" now, not at the next beat
 

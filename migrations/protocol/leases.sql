@@ -402,6 +402,40 @@ AS $function$
                                             p_prepare_ms, p_run_ms, p_ended_ago_ms)
 $function$;
 
+-- Outcomes, then a claim for the room they free, in one transaction (issue 18): where a
+-- runner runs few jobs at once, each outcome frees a slot that a claim fills right
+-- after, and as two transactions each job cost a commit, a transaction id and a round
+-- trip more. The claim is the claim as any (same id retried: what it took is returned);
+-- it sees the room the outcomes gave back, as it runs after them. Rows: kind 'outcome'
+-- (job_id, status) in the order given, then kind 'claim' (a claim's columns).
+CREATE OR REPLACE FUNCTION fleetq.complete_and_claim(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[], p_lane text, p_limit integer, p_claim_id uuid)
+ RETURNS TABLE(kind text, job_id bigint, status text, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint, traceparent text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_runner text := fleetq.acting_runner(p_runner);
+BEGIN
+    RETURN QUERY
+    SELECT 'outcome'::text, o.job_id, o.status, NULL::bigint, NULL::timestamptz, NULL::text,
+           NULL::text, NULL::text, NULL::text, NULL::jsonb, NULL::text, NULL::integer,
+           NULL::integer, NULL::integer, NULL::smallint, NULL::integer, NULL::smallint,
+           NULL::text
+    FROM fleetq.complete_unchecked(v_runner, p_jobs, p_versions, p_outcomes, p_exit_codes,
+                                   p_reasons, p_log_tails, p_prepare_ms, p_run_ms,
+                                   p_ended_ago_ms) o;
+    IF p_limit > 0 THEN
+        RETURN QUERY
+        SELECT 'claim'::text, c.job_id, NULL::text, c.lease_version, c.lease_expires_at,
+               c.project, c.operation, c.commit_sha, c.requested_node, c.payload, c.task_id,
+               c.timeout_s, c.memory_mb, c.cpu_millis, c.priority_class, c.reassign_count,
+               c.lost_count, c.traceparent
+        FROM fleetq.claim_unchecked(v_runner, p_lane, p_limit, p_claim_id) c;
+    END IF;
+END;
+$function$;
+
 CREATE OR REPLACE FUNCTION fleetq.release_unchecked(p_runner text, p_job bigint, p_version bigint, p_reason text, p_fenced boolean DEFAULT false, p_ended_ago_ms integer DEFAULT NULL::integer)
  RETURNS text
  LANGUAGE plpgsql

@@ -124,9 +124,15 @@ def test_a_runner_cut_from_the_database_fences_itself(
     try:
         wait_until(marker.exists, what="the first run to start")
         with connect(dsn, autocommit=True) as conn:
-            (pid,) = conn.execute(
-                "SELECT pid FROM fleetq.executions WHERE job_id = $1", [job]
-            ).fetchone() or (None,)
+            # the process starts before its start report commits: wait for the report
+            def reported_pid() -> int | None:
+                row = conn.execute(
+                    "SELECT pid FROM fleetq.executions WHERE job_id = $1", [job]
+                ).fetchone()
+                return None if row is None else int(row[0]) if row[0] is not None else None
+
+            wait_until(reported_pid, what="the first run's start report")
+            pid = reported_pid()
         assert pid
         cut = time.monotonic()
         own_server.stop()

@@ -4,6 +4,7 @@ one unstorable outcome never holds the others back (issue 12)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
@@ -11,7 +12,7 @@ from fleetq.core import leasing, producer
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
 from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, WriteStatus
-from fleetq.runner.reporter import Reporter
+from fleetq.runner.reporter import Refill, Reporter
 from tests import fleet
 
 POISON = "this output cannot be stored"
@@ -72,3 +73,78 @@ async def test_an_outcome_refused_for_good_is_recorded_as_a_failure_that_says_wh
     rows = sync_conn.execute("SELECT state, failure_reason FROM fleetq.jobs ORDER BY id").fetchall()
     assert [r[0] for r in rows] == ["succeeded", "failed", "succeeded"]
     assert "outcome not recordable" in rows[1][1] and "0x00" in rows[1][1]
+
+
+def _succeeded(claim: Claim) -> OutcomeReport:
+    return OutcomeReport(
+        job_id=claim.job_id,
+        lease_version=claim.lease_version,
+        outcome=Outcome.SUCCEEDED,
+        exit_code=0,
+        log_tail="ok",
+    )
+
+
+async def test_outcomes_and_the_claim_that_refills_their_room_are_one_transaction(
+    driver: Driver, db_dsn: str, sync_conn: SyncConnection
+) -> None:
+    """Where a runner runs few jobs at once, each outcome frees a slot that a claim fills
+    next: written together they cost one commit and one transaction id, not two. The
+    claim sees the room the outcomes gave back, and a retry with the same claim id gets
+    back what the first attempt took (the outcomes answer `already`)."""
+    runner = await fleet.runner(driver, lanes={"checks": 1})
+    (held,) = await _claims(driver, runner, 1)
+    waiting = await producer.submit(
+        driver, project="tools", operation="lint", commit="9" * 40, submitted_by="alice"
+    )
+    claim_id = uuid.uuid4()
+    answers, claims = await leasing.complete_and_claim(
+        driver,
+        runner=runner,
+        outcomes=[_succeeded(held)],
+        lane="checks",
+        limit=1,
+        claim_id=claim_id,
+    )
+    # both rows were last written by one transaction
+    writers = sync_conn.execute(
+        "SELECT DISTINCT xmin::text FROM fleetq.jobs WHERE id = ANY ($1)",
+        [[held.job_id, waiting.job_id]],
+    ).fetchall()
+    assert len(writers) == 1
+    assert [a.status for a in answers] == [WriteStatus.OK]
+    assert [c.job_id for c in claims] == [waiting.job_id]
+    again, reclaimed = await leasing.complete_and_claim(
+        driver,
+        runner=runner,
+        outcomes=[_succeeded(held)],
+        lane="checks",
+        limit=1,
+        claim_id=claim_id,
+    )
+    assert [a.status for a in again] == [WriteStatus.ALREADY]
+    assert reclaimed == claims
+
+
+async def test_the_writer_claims_for_the_room_its_batch_frees(driver: Driver) -> None:
+    """The outcome writer asks the runner, per batch, which claim to send with it, and
+    hands what it took back to the runner."""
+    runner = await fleet.runner(driver, lanes={"checks": 1})
+    (held,) = await _claims(driver, runner, 1)
+    waiting = await producer.submit(
+        driver, project="tools", operation="lint", commit="9" * 40, submitted_by="alice"
+    )
+    took: list[tuple[list[Claim], Refill]] = []
+    reporter = Reporter(
+        driver,
+        runner,
+        refill_for=lambda reports: Refill("checks", len(reports), uuid.uuid4(), 0.0),
+        refilled=lambda claims, refill: took.append((claims, refill)),
+    )
+    stop = asyncio.Event()
+    writer = asyncio.ensure_future(reporter.run(stop))
+    assert await asyncio.wait_for(reporter.record(_succeeded(held)), 30) == WriteStatus.OK
+    stop.set()
+    await asyncio.wait_for(writer, 10)
+    ((claims, refill),) = took
+    assert [c.job_id for c in claims] == [waiting.job_id] and refill.lane == "checks"

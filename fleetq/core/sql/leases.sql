@@ -30,6 +30,14 @@ SELECT * FROM fleetq.complete($1::text, $2::bigint[], $3::bigint[], $4::text[], 
                               $6::text[], $7::text[], $8::integer[], $9::integer[],
                               $10::integer[]);
 
+-- name: lease_complete_and_claim
+-- lease_complete's outcomes, then a claim of up to $12 jobs of lane $11 as claim $13, in one
+-- transaction: kind 'outcome' rows (job_id, status), then kind 'claim' rows.
+SELECT * FROM fleetq.complete_and_claim($1::text, $2::bigint[], $3::bigint[], $4::text[],
+                                        $5::integer[], $6::text[], $7::text[], $8::integer[],
+                                        $9::integer[], $10::integer[], $11::text, $12::integer,
+                                        $13::uuid);
+
 -- name: lease_report_lost
 -- An explicit loss: requeued the first time, failed ('lost') the second.
 -- $1 runner, $2 job, $3 version, $4 reason
