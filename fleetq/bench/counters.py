@@ -83,6 +83,7 @@ class Snapshot:
     lsn: str
     wal_bytes: int
     xacts: int
+    rollbacks: int
     foreign_xacts: int
     statements: int | None
     evictions: int | None
@@ -153,6 +154,9 @@ def per_job(
         if before.evictions is None or drained.evictions is None
         else drained.evictions - before.evictions,
         "xacts_per_job": _per(xacts, jobs),
+        # of those, rolled back: a statement that failed (pg_stat_statements counts
+        # only statements that completed)
+        "rollbacks_per_job": _per(settled.rollbacks - before.rollbacks, jobs),
         "wal_bytes_per_job": round(wal.wal_bytes / jobs),
         "worker_cpu_ms_per_job": _ms(drained.workers_cpu_s - before.workers_cpu_s, jobs),
         "server_cpu_ms_per_job": _ms(backends_cpu(before, drained), jobs),
@@ -215,6 +219,7 @@ class Counters:
             lsn=str(row["lsn"]),
             wal_bytes=int(row["wal_bytes"]),
             xacts=int(row["xacts"]),
+            rollbacks=int(row["rollbacks"]),
             foreign_xacts=int(row["foreign_xacts"]),
             statements=None if row["statements"] is None else int(row["statements"]),
             evictions=None if row["evictions"] is None else int(row["evictions"]),

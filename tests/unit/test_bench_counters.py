@@ -19,6 +19,7 @@ def snap(at: float, **kw: object) -> Snapshot:
         "lsn": "0/0",
         "wal_bytes": 0,
         "xacts": 0,
+        "rollbacks": 0,
         "foreign_xacts": 0,
         "statements": 0,
         "evictions": 0,
@@ -55,12 +56,15 @@ def test_per_job_takes_the_harness_and_the_idle_tail_off() -> None:
     )
     # 10 s after the drain: 400 transactions counted, 2 of them the harness's reads,
     # and the idle workers' 5/s over those 10 s
-    settled = snap(12.0, xacts=100 + 400, own=Ledger(10 + 22, 10 + 22, 1), foreign_xacts=9)
+    settled = snap(
+        12.0, xacts=100 + 400, rollbacks=30, own=Ledger(10 + 22, 10 + 22, 1), foreign_xacts=9
+    )
     wal = Wal(write_xacts=101, wal_bytes=200_000)
     costs = per_job(before, drained, settled, 100, IdleRate(5.0), wal)
     assert costs["write_xacts_per_job"] == 1.0  # 101 less the harness's bulk enqueue
     assert costs["statements_per_job"] == 2.0  # 220 less its 20 statements
     assert costs["xacts_per_job"] == pytest.approx((400 - 22 - 50) / 100)
+    assert costs["rollbacks_per_job"] == 0.3
     assert costs["wal_bytes_per_job"] == 2000
     assert costs["worker_cpu_ms_per_job"] == 5.0
     assert costs["server_total_cpu_ms_per_job"] == 2.5

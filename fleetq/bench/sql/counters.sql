@@ -22,6 +22,8 @@ SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
          WHERE datname = current_database()) AS pids,
        (SELECT xact_commit + xact_rollback FROM pg_stat_database
          WHERE datname = current_database()) AS xacts,
+       (SELECT xact_rollback FROM pg_stat_database
+         WHERE datname = current_database()) AS rollbacks,
        (SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database
          WHERE datname IS DISTINCT FROM current_database())::bigint AS foreign_xacts,
        (SELECT coalesce(sum(calls), 0) FROM pg_stat_statements
@@ -41,6 +43,8 @@ SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
          WHERE datname = current_database()) AS pids,
        (SELECT xact_commit + xact_rollback FROM pg_stat_database
          WHERE datname = current_database()) AS xacts,
+       (SELECT xact_rollback FROM pg_stat_database
+         WHERE datname = current_database()) AS rollbacks,
        (SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database
          WHERE datname IS DISTINCT FROM current_database())::bigint AS foreign_xacts,
        NULL::bigint AS statements,
