@@ -286,15 +286,17 @@ async def require_current_async(driver: Driver) -> None:
 
 
 @contextlib.contextmanager
-def scratch_database(server_dsn: str, prefix: str) -> Iterator[str]:
-    """A new, migrated database on the server of `server_dsn`, dropped afterwards, for work
-    that must not touch the fleet's own data (bench, screenshots)."""
+def scratch_database(server_dsn: str, prefix: str, *, migrated: bool = True) -> Iterator[str]:
+    """A new database on the server of `server_dsn`, migrated unless `migrated` is false
+    (a benchmark's peer installs its own schema), dropped afterwards, for work that must
+    not touch the fleet's own data (bench, screenshots)."""
     name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     with wrap_errors(), psycopg.connect(server_dsn, autocommit=True, connect_timeout=10) as admin:
         admin.execute(f'CREATE DATABASE "{name}"'.encode())
     try:
         dsn = with_database(server_dsn, name)
-        migrate(dsn)
+        if migrated:
+            migrate(dsn)
         yield dsn
     finally:
         with wrap_errors(), psycopg.connect(server_dsn, autocommit=True, connect_timeout=10) as a:

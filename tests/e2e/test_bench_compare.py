@@ -1,0 +1,87 @@
+"""`fleetq bench --compare` runs fleetq and a peer end to end with small numbers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+FIGURES = {
+    "throughput.jobs_per_s",
+    "throughput.drain_jobs_per_s",
+    "throughput.enqueue_seconds",
+    "latency.enqueue_to_start_ms.p50",
+    "latency.enqueue_to_start_ms.p99",
+    "throughput.costs.write_xacts_per_job",
+    "throughput.costs.statements_per_job",
+    "throughput.costs.xacts_per_job",
+    "throughput.costs.wal_bytes_per_job",
+    "throughput.costs.worker_cpu_ms_per_job",
+    "throughput.costs.server_cpu_ms_per_job",
+    "latency.costs.write_xacts_per_job",
+}
+
+
+def _compare(server_dsn: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [
+        sys.executable, "-m", "fleetq", "--dsn", server_dsn, "bench", "--compare",
+        "--systems", "fleetq,pgqueuer-default", "--jobs", "200", "--runs", "1",
+        "--runners", "2", "--warmup", "20", "--rate", "50", "--latency-seconds", "0.5",
+        "--idle-seconds", "0.5", "--settle", "0", *extra,
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_compare_prints_each_systems_figures(server_dsn: str, tmp_path: Path) -> None:
+    pytest.importorskip("pgqueuer", reason="the bench dependency group is not installed")
+    run = _compare(server_dsn, "--json-out", str(tmp_path / "report.json"))
+    assert run.returncode == 0, run.stderr
+    report: dict[str, Any] = json.loads(run.stdout)
+    assert json.loads((tmp_path / "report.json").read_text()) == report
+    assert report["runs"] == 1
+    assert report["plan"]["jobs"] == 200
+    assert report["versions"]["pgqueuer"] == "1.6.0"
+    rows = {row["system"]: row for row in report["systems"]}
+    assert list(rows) == ["fleetq", "pgqueuer-default"]
+    assert rows["fleetq"]["in_flight_per_worker"] == 512
+    assert rows["pgqueuer-default"]["in_flight_per_worker"] is None
+    assert rows["pgqueuer-default"]["batch"] == 10
+    for row in rows.values():
+        (raw,) = row["runs"]
+        assert raw["throughput"]["jobs"] == raw["throughput"]["succeeded"] == 200
+        assert raw["latency"]["jobs"] == 25
+        assert raw["latency"]["enqueue_to_start_ms"]["p50"] > 0
+        assert raw["harness_calls"]["submit"]["statements"] >= 1
+        assert set(row["summary"]) >= FIGURES
+        # every job writes something: its claim or its outcome at least
+        assert row["summary"]["throughput.costs.write_xacts_per_job"]["median"] > 0
+        assert raw["throughput"]["costs"]["wal_bytes_per_job"] > 0
+    print(json.dumps(report))  # the figures, in the test log
+
+
+def test_compare_markdown_and_plots(server_dsn: str, tmp_path: Path) -> None:
+    pytest.importorskip("pgqueuer", reason="the bench dependency group is not installed")
+    pytest.importorskip("matplotlib", reason="the bench dependency group is not installed")
+    run = _compare(server_dsn, "--markdown", "--plot", str(tmp_path / "plots"))
+    assert run.returncode == 0, run.stderr
+    assert "| fleetq | 512 | 256 |" in run.stdout
+    assert "| pgqueuer-default | unset | 10 |" in run.stdout
+    pngs = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert pngs == ["latency.png", "throughput.png", "write_xacts.png"]
+    assert all((tmp_path / "plots" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+
+def test_unknown_system_is_a_usage_error(server_dsn: str) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "fleetq", "--dsn", server_dsn, "bench", "--compare",
+         "--systems", "fleetq,rabbitmq"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "unknown system(s) rabbitmq" in run.stderr
