@@ -302,9 +302,13 @@ BEGIN
     -- Other runners are told to look when this claim leaves jobs they could take: jobs it
     -- held and did not take (its room shrank, a cap filled meanwhile), which they skipped
     -- while they were held; or jobs still queued once it filled its room, which may have
-    -- been announced to this runner alone (fleetq.announce_job).
+    -- been announced to this runner alone (fleetq.announce_job), while another runner of
+    -- the lane has room (under a backlog every runner is full: nobody to tell).
     IF v_taken < cardinality(v_held)
        OR (v_taken = l.slots - l.slots_used
+           AND EXISTS (SELECT 1 FROM fleetq.runner_lanes rl
+                       WHERE rl.lane = p_lane AND rl.runner_id <> p_runner
+                         AND rl.slots_used < rl.slots)
            AND EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.state = 'queued' AND j.lane = p_lane))
     THEN
         PERFORM pg_notify('fleetq_work', p_lane);

@@ -86,3 +86,24 @@ async def test_jobs_held_and_not_taken_wake_the_lane(
         assert len(taken) == 1
         heard = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
     assert heard == ["checks"]
+
+
+async def test_a_claim_that_fills_its_room_wakes_a_runner_with_room(
+    driver: Driver, db_dsn: str, sync_conn: SyncConnection
+) -> None:
+    """A new job is announced to one runner; when that runner's claim fills its room
+    with jobs still queued (several were announced to it at once), the lane is told, so
+    another runner with room takes them now rather than at its next look."""
+    fleet.operations(sync_conn)
+    first = await fleet.runner(driver, "r1", lanes={"checks": 1})
+    await fleet.runner(driver, "r2", lanes={"checks": 1})
+    for _ in range(2):
+        await producer.submit(
+            driver, project="tools", operation="lint", commit=SHA, submitted_by="ci"
+        )
+    with connect(db_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN fleetq_work")
+        taken, _ = _claim_in_a_transaction(db_dsn, first, "checks")
+        assert len(taken) == 1
+        heard = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
+    assert heard == ["checks"]
