@@ -57,9 +57,9 @@ lane = "{LANE}"
 command = "true"
 timeout_seconds = 600
 """
-# Beyond the fleet's own: the benchmark's connection, and one spare for its scratch
-# database's creation and drop.
-OWN_CONNECTIONS = 2
+# Beyond the fleet's own: one spare for the scratch database's drop (the benchmark's
+# own connection is open when the budget is read, so it counts as in use).
+OWN_CONNECTIONS = 1
 # A backend flushes its statistics at most once a second while busy and within 10 s of
 # going idle (PGSTAT_IDLE_INTERVAL), and idle runners' polls back off 1+2+4+8 s before
 # reaching their longest wait: the idle window opens after both.

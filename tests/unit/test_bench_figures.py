@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, LiteralString
 
 import pytest
@@ -251,3 +252,19 @@ def test_plots_say_how_to_get_matplotlib(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     with pytest.raises(harness.BenchError, match="uv sync --group bench"):
         plots.require()
+
+
+def test_plots_are_written_from_a_report(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")  # the optional `bench` dependency group
+    from fleetq.bench import plots
+
+    claim = {"n": 3, "p50": 1.0, "p95": 2.0, "p99": 3.0}
+    steps = [
+        {"runners": n, "claim_calls_per_s": 10.0 * n, "jobs_per_s": 20.0 * n, "claim_ms": claim}
+        for n in (1, 10)
+    ]
+    probe = {"finished_jobs": 0, "claim_ms": claim}
+    report = {"steps": steps, "history": {"before": probe, "after": probe}}
+    written = plots.write(report, tmp_path / "plots")
+    assert [p.name for p in written] == ["scale-claims.png", "scale-history.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
