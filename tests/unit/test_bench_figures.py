@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from pathlib import Path
 from typing import Any, LiteralString
 
@@ -268,3 +269,14 @@ def test_plots_are_written_from_a_report(tmp_path: Path) -> None:
     written = plots.write(report, tmp_path / "plots")
     assert [p.name for p in written] == ["scale-claims.png", "scale-history.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
+
+
+def test_wait_report_averages_per_sample() -> None:
+    waits = Counter({"samples": 4, "Lock:object": 8, "CPU": 2, "IO:WALSync": 1})
+    found = scale.wait_report(waits, top=2)
+    assert found == {
+        "samples": 4,
+        "active_sessions": 2.75,
+        "waits": {"Lock:object": 2.0, "CPU": 0.5},
+    }
+    assert scale.wait_report(Counter())["active_sessions"] is None
