@@ -1,0 +1,341 @@
+"""A simulated fleetq-runner: the real runner's protocol calls at its cadence, with no job
+processes, so one Python process can stand for a fleet of a hundred.
+
+What it does, and whose code does it:
+- registers with `fleet.register`, as the runner does at start-up;
+- one claim loop for its lane, shaped as `runner.claiming`'s: it claims
+  `min(batch, free slots)` with `leasing.claim` and a fresh claim id, claims again at
+  once when the claim came back full, and otherwise waits for a NOTIFY on `fleetq_work`
+  or the poll interval, which doubles while polls find nothing, up to the longest
+  (`runner.config` defaults);
+- per claimed job: `leasing.report_start`, then the outcome through the runner's own
+  batching `Reporter` (one fenced `complete` for whatever is pending);
+- the periodic passes with the runner's own intervals: heartbeat (`leasing.heartbeat` and
+  the read of its own state) every beat, the reaper pass (and, for its leader, the
+  schedules' due ticks), the collection pass's two reads every lease, a ping of the
+  LISTEN session every `control.PING_S`.
+
+By design, unlike a real runner: everything goes over ONE connection (a real runner has a
+pool of up to 4 + lanes connections and a LISTEN connection of its own), so a simulated
+runner's own calls queue behind each other; there is no staging, process or journal, and a
+job "runs" for `job_s` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, LiteralString
+
+import asyncpg
+
+from fleetq import __version__
+from fleetq.core import fleet, leasing, queries, schedules
+from fleetq.core.driver import DEFAULT_TIMEOUT_S, AsyncpgDriver, prepare_asyncpg
+from fleetq.core.models import (
+    Claim,
+    JobId,
+    Outcome,
+    OutcomeReport,
+    Registration,
+    RunnerId,
+    RunnerState,
+    StartReport,
+    WriteStatus,
+)
+from fleetq.runner import config as runner_config
+from fleetq.runner import control, loops
+from fleetq.runner.reporter import Reporter
+
+CLAIM = queries.sql("lease_claim")
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """The real runner's intervals (seconds), read from its own modules."""
+
+    poll_s: float = runner_config.DEFAULT_POLL_S
+    poll_max_s: float = runner_config.DEFAULT_POLL_MAX_S
+    reap_s: float = runner_config.DEFAULT_REAP_S
+    ping_s: float = control.PING_S
+
+    @staticmethod
+    def beat_s(lease_s: float, offline_s: float) -> float:
+        """As `LeaseKeeping._beat_s`: often enough for the lease and the offline
+        threshold alike (a unit test holds the two equal)."""
+        return max(0.2, min(lease_s, offline_s) / 3)
+
+
+class SerialDriver:
+    """A simulated runner's one connection, shared by its loops: one statement at a time
+    (asyncpg refuses overlapping calls on a connection), each claim's round trip timed
+    from the moment the connection was its own, so queueing behind the runner's other
+    calls is not counted as the claim's cost."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+        self.inner = AsyncpgDriver(conn)
+        self.lock = asyncio.Lock()
+        self.claims: list[tuple[float, int]] = []  # (seconds, jobs claimed)
+
+    async def fetch(
+        self, query: LiteralString, *args: object, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> list[dict[str, Any]]:
+        """Run one statement when the connection is free; time it if it is a claim."""
+        async with self.lock:
+            start = time.perf_counter()
+            rows = await self.inner.fetch(query, *args, timeout=timeout)
+            if query == CLAIM:
+                self.claims.append((time.perf_counter() - start, len(rows)))
+        return rows
+
+    async def close(self) -> None:
+        """Close the connection."""
+        await self.inner.close()
+
+
+class SimRunner:
+    """One simulated runner with `slots` slots in one lane (see the module's docstring)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        node: str,
+        lane: str,
+        slots: int,
+        batch: int = runner_config.DEFAULT_BATCH,
+        job_s: float = 0.0,
+        cadence: Cadence | None = None,
+        listen: bool = True,
+    ) -> None:
+        self.dsn, self.node, self.lane, self.slots = dsn, node, lane, slots
+        self.batch, self.job_s, self.listen = batch, job_s, listen
+        self.cadence = cadence or Cadence()
+        self.runner = RunnerId(f"{node}/runner")
+        self.wake = asyncio.Event()
+        self.running: dict[JobId, Claim] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        # fenced writes answered stale while the lease was this runner's to hold (must
+        # stay 0: nobody else claims these jobs, and no lease expires in a bench)
+        self.stale = 0
+        # heartbeats that named a job whose outcome was being recorded meanwhile: benign,
+        # and counted apart as the runner counts them (`self_race`)
+        self.self_races = 0
+        self.finishing: set[JobId] = set()  # outcomes handed to the reporter
+        self.lease_s = 30.0
+        self.offline_s = 30.0
+
+    async def connect(self) -> None:
+        """Open the connection, register, learn the lease, and LISTEN for work (unless
+        told not to: then it finds work by its polls and its own finished jobs only)."""
+        conn = await asyncpg.connect(
+            self.dsn, timeout=10, server_settings={"application_name": "fleetq-bench-sim"}
+        )
+        await prepare_asyncpg(conn)
+        self.driver = SerialDriver(conn)
+        self.reporter = Reporter(self.driver, self.runner)
+        await fleet.register(
+            self.driver,
+            Registration(
+                node=self.node,
+                name="runner",
+                memory_mb=1024 * self.slots,
+                cpu_millis=1000 * self.slots,
+                lanes={self.lane: self.slots},
+                version=__version__,
+                pid=os.getpid(),
+            ),
+        )
+        (row,) = await self.driver.fetch(queries.sql("runners_lease_seconds"))
+        self.lease_s = float(row["lease_seconds"])
+        self.offline_s = float(row["offline_after_seconds"])
+        if self.listen:
+            async with self.driver.lock:
+                await conn.add_listener("fleetq_work", self._on_work)
+
+    def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        if str(payload) == self.lane:
+            self.wake.set()
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Claim and run jobs until `stop`; then let running jobs end and flush outcomes."""
+        c = self.cadence
+        reporter_stop = asyncio.Event()
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.reporter.run(reporter_stop))
+            for what, interval, work in (
+                ("heartbeat", lambda: c.beat_s(self.lease_s, self.offline_s), self._heartbeat),
+                ("reap", lambda: c.reap_s, self._reap),
+                ("collection", lambda: self.lease_s, self._collect),
+                ("ping", lambda: c.ping_s, self._ping),
+            ):
+                tg.create_task(loops.every(interval, what, work, stop))
+            await self._claim_loop(stop)
+            if self.tasks:
+                await asyncio.wait(self.tasks)
+            reporter_stop.set()
+            self.reporter.wake.set()
+
+    async def close(self) -> None:
+        """Say offline, as a runner that shuts down does, and close the connection."""
+        await fleet.set_state(
+            self.driver,
+            runner=self.runner,
+            state=RunnerState.OFFLINE,
+            reason="bench over",
+            actor=self.runner,
+        )
+        await self.driver.close()
+
+    async def _claim_loop(self, stop: asyncio.Event) -> None:
+        idle_wait = self.cadence.poll_s
+        while not stop.is_set():
+            self.wake.clear()  # before claiming: a hint that arrives meanwhile is not lost
+            free = self.slots - len(self.running)
+            if free > 0:
+                limit = min(self.batch, free)
+                claims = await leasing.claim(
+                    self.driver, runner=self.runner, lane=self.lane, limit=limit
+                )
+                for claim in claims:
+                    self._launch(claim)
+                if claims:
+                    idle_wait = self.cadence.poll_s
+                if len(claims) == limit:
+                    continue  # there may be more right behind
+            stopped = asyncio.ensure_future(stop.wait())
+            woken = asyncio.ensure_future(self.wake.wait())
+            done, _ = await asyncio.wait(
+                {stopped, woken}, timeout=idle_wait, return_when=asyncio.FIRST_COMPLETED
+            )
+            stopped.cancel()
+            woken.cancel()
+            if done:
+                idle_wait = self.cadence.poll_s  # woken: work may be about again
+            else:
+                idle_wait = min(idle_wait * 2, max(self.cadence.poll_max_s, self.cadence.poll_s))
+
+    def _launch(self, claim: Claim) -> None:
+        self.running[claim.job_id] = claim
+        task = asyncio.create_task(self._job(claim))
+        self.tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self.wake.set()  # a slot is free
+
+    async def _job(self, claim: Claim) -> None:
+        try:
+            await leasing.report_start(
+                self.driver,
+                runner=self.runner,
+                start=StartReport(
+                    job_id=claim.job_id,
+                    lease_version=claim.lease_version,
+                    node=self.node,
+                    run_id=uuid.uuid4(),
+                    pid=os.getpid(),
+                    process_started_at=datetime.now(UTC),
+                    prepare_ms=0,
+                ),
+            )
+            if self.job_s > 0:
+                await asyncio.sleep(self.job_s)  # the simulated job's run time
+            self.finishing.add(claim.job_id)
+            status = await self.reporter.record(
+                OutcomeReport(
+                    job_id=claim.job_id,
+                    lease_version=claim.lease_version,
+                    outcome=Outcome.SUCCEEDED,
+                    exit_code=0,
+                    prepare_ms=0,
+                    run_ms=round(self.job_s * 1000),
+                    ended_monotonic=time.monotonic(),
+                )
+            )
+            if status == WriteStatus.STALE:
+                self.stale += 1
+        finally:
+            self.running.pop(claim.job_id, None)
+            self.finishing.discard(claim.job_id)
+
+    async def _heartbeat(self) -> None:
+        leases = [(job, c.lease_version) for job, c in self.running.items()]
+        answers = await leasing.heartbeat(self.driver, runner=self.runner, leases=leases)
+        for answer in answers:
+            if answer.status != WriteStatus.STALE:
+                continue
+            if answer.job_id in self.finishing or answer.job_id not in self.running:
+                self.self_races += 1
+            else:
+                self.stale += 1
+        await self.driver.fetch(queries.sql("runners_get_state"), self.runner)
+
+    async def _reap(self) -> None:
+        if (await leasing.reap(self.driver)).leader:
+            await schedules.fire_due(self.driver)
+
+    async def _collect(self) -> None:
+        await self.driver.fetch(queries.sql("lease_open_executions"), self.runner)
+        await self.driver.fetch(queries.sql("lease_held_by"), self.runner)
+
+    async def _ping(self) -> None:
+        await self.driver.fetch("SELECT 1", timeout=5)  # as the LISTEN session's ping
+
+
+async def start_fleet(
+    dsn: str, count: int, *, prefix: str, lane: str, slots: int, **options: Any
+) -> list[SimRunner]:
+    """`count` connected, registered runners named prefix0, prefix1, ... (not serving)."""
+    fleet_ = [
+        SimRunner(dsn, node=f"{prefix}{i}", lane=lane, slots=slots, **options) for i in range(count)
+    ]
+    await asyncio.gather(*(r.connect() for r in fleet_))
+    return fleet_
+
+
+class Serving:
+    """A fleet serving in the background, stopped and closed on exit."""
+
+    def __init__(self, fleet_: list[SimRunner]) -> None:
+        self.fleet = fleet_
+        self.stop = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Serving:
+        self.tasks = [asyncio.create_task(r.serve(self.stop)) for r in self.fleet]
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self.stop.set()
+        results = await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*(r.close() for r in self.fleet), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                raise result
+
+    def alive(self) -> None:
+        """Raise what ended a runner early (a wait's `alive` check)."""
+        for task in self.tasks:
+            if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
+                raise exc
+
+    def claims(self) -> list[tuple[float, int]]:
+        """Every claim's (round trip seconds, jobs) since the last `reset`."""
+        return [c for r in self.fleet for c in r.driver.claims]
+
+    def reset(self) -> None:
+        """Forget the claims timed so far (after a warm-up)."""
+        for r in self.fleet:
+            r.driver.claims.clear()
+
+    def stale(self) -> tuple[int, int]:
+        """Across the fleet: fenced writes answered stale (must be 0), and heartbeats
+        that raced their runner's own recorded outcome (benign)."""
+        return sum(r.stale for r in self.fleet), sum(r.self_races for r in self.fleet)
