@@ -131,7 +131,7 @@ async def app(dsn: str) -> None:
             before = console.loads
             start = time.perf_counter()
             with connect(dsn, autocommit=True) as conn:
-                conn.execute("SELECT pg_notify('fleetq_events', '')")
+                conn.execute("SELECT pg_notify('fleetq_work', '')")
             await settled(pilot, before)
             refreshes.append((time.perf_counter() - start) * 1000)
         print(

@@ -151,8 +151,9 @@ async def explain_claims(db: str, runner: str, lane: str) -> dict[str, Any] | No
             if not rows or not top or not inner:
                 return None
             totals.append(figures.explain_buffers(top[-1])["shared_hit"])
-            candidates.append(figures.explain_buffers(inner[-1])["shared_hit"])
-            scans |= _index_names(inner[-1])
+            # the first: the walk that chooses the jobs to hold (the second takes them)
+            candidates.append(figures.explain_buffers(inner[0])["shared_hit"])
+            scans |= _index_names(inner[0])
     finally:
         await conn.close()
     return {

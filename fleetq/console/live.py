@@ -1,6 +1,12 @@
 """Following the database live: a dedicated LISTEN connection that turns notifications
 into coalesced hints, with a slow resync as the safety net.
 
+Events (claims, starts, outcomes...) send no NOTIFY: PostgreSQL commits notifying
+transactions one at a time, and a NOTIFY from each serialized the queue. So the same
+connection reads the newest event's id every `poll_s` (an index probe), and a new id is
+a hint like a notification. Work and control changes (fleetq_work, fleetq_control) and
+the watched job's output (fleetq_output) still notify.
+
 On (re)connect it LISTENs first and only then asks for a full resync, so no change can
 fall between the snapshot and the first notification. A notification is only a hint
 (the payload is ignored): the app then reads new event rows by id and the visible
@@ -20,11 +26,12 @@ from datetime import datetime
 import asyncpg
 
 from fleetq.console.messages import Health, Hint
+from fleetq.core import queries
 from fleetq.core.db import as_uri
 from fleetq.core.driver import mapped_errors
 from fleetq.core.errors import FleetqError
 
-CHANNELS = ("fleetq_events", "fleetq_work", "fleetq_control")
+CHANNELS = ("fleetq_work", "fleetq_control")
 APPLICATION_NAME = "fleetq-console-listen"
 log = logging.getLogger(__name__)
 
@@ -38,6 +45,7 @@ class Follower:
         post: Callable[[Hint | Health], object],
         *,
         coalesce_s: float = 0.15,
+        poll_s: float = 0.25,
         resync_s: float = 5.0,
         backoff_s: tuple[float, float] = (0.25, 5.0),
         watching: Callable[[], int | None] = lambda: None,
@@ -45,6 +53,7 @@ class Follower:
         self.dsn = dsn
         self.post = post
         self.coalesce_s = coalesce_s
+        self.poll_s = poll_s
         self.resync_s = resync_s
         self.backoff_s = backoff_s
         self.watching = watching  # the job whose output is on screen (fleetq_output)
@@ -87,22 +96,29 @@ class Follower:
                     woken.set()
 
             await conn.add_listener("fleetq_output", output)
+            newest = await self._newest_event(conn)  # any event after it is news
             self.connected.set()
             self.post(Hint(resync=True))  # listening first, then the snapshot
             # The safety-net resync runs on its own clock: a steady stream of
             # notifications must not postpone it forever.
             resync_at = time.monotonic() + self.resync_s
+            poll_at = time.monotonic() + self.poll_s
             while True:
                 waits = {asyncio.create_task(woken.wait()), asyncio.create_task(lost.wait())}
                 await asyncio.wait(
                     waits,
-                    timeout=max(0.0, resync_at - time.monotonic()),
+                    timeout=max(0.0, min(resync_at, poll_at) - time.monotonic()),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 for task in waits:
                     task.cancel()
                 if lost.is_set() or conn.is_closed():
                     raise FleetqError("the LISTEN connection was closed")
+                if time.monotonic() >= poll_at:
+                    if (now := await self._newest_event(conn)) != newest:
+                        newest = now
+                        woken.set()
+                    poll_at = time.monotonic() + self.poll_s
                 if time.monotonic() >= resync_at:
                     with mapped_errors():
                         await conn.fetchval("SELECT 1", timeout=5)  # a silent link may be dead
@@ -118,3 +134,8 @@ class Follower:
                 task.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 2)
+
+    @staticmethod
+    async def _newest_event(conn: asyncpg.Connection) -> int:
+        with mapped_errors():
+            return int(await conn.fetchval(queries.sql("views_newest_event"), timeout=5))

@@ -313,9 +313,6 @@ BEGIN
     THEN
         PERFORM pg_notify('fleetq_work', p_lane);
     END IF;
-    IF v_taken > 0 THEN
-        PERFORM pg_notify('fleetq_events', '');
-    END IF;
 END;
 $function$;
 

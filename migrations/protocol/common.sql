@@ -22,7 +22,11 @@ AS $function$
     SELECT make_interval(secs => fleetq.setting_int(p_name))
 $function$;
 
--- Append events (one per job, or one with no job) and wake the console.
+-- Append events (one per job, or one with no job). No NOTIFY: PostgreSQL makes every
+-- transaction that notifies commit one at a time, under one lock held through its WAL
+-- flush, so a NOTIFY here (claims, starts, outcomes all log events) serialized the whole
+-- queue's commits. The console finds new events by their newest id instead
+-- (fleetq/console/live.py); wake-ups for work (fleetq_work) and control stay NOTIFYs.
 CREATE OR REPLACE FUNCTION fleetq.log_events(p_kind text, p_jobs bigint[], p_runner text, p_versions bigint[], p_actor text, p_detail jsonb DEFAULT '{}'::jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -38,7 +42,6 @@ BEGIN
     ELSE
         RETURN;
     END IF;
-    PERFORM pg_notify('fleetq_events', '');
 END;
 $function$;
 

@@ -351,7 +351,6 @@ BEGIN
         FROM fleetq.jobs j
         JOIN unnest(p_jobs, p_exit_codes) AS i(id, exit_code) ON i.id = j.id
         WHERE j.id = ANY (v_done);
-        PERFORM pg_notify('fleetq_events', '');
     END IF;
 
     -- Not done: either this same outcome committed earlier (reply lost), or stale.

@@ -120,7 +120,6 @@ BEGIN
         PERFORM fleetq.log_events('failed', v_failed, NULL, v_failed_versions, NULL,
                                   '{"reason": "reassignments_exhausted"}');
     END IF;
-    PERFORM pg_notify('fleetq_events', '');
     PERFORM pg_notify('fleetq_work', lane) FROM (SELECT DISTINCT unnest(v_lanes) AS lane) l;
     RETURN QUERY SELECT cardinality(v_ids) - coalesce(cardinality(v_failed), 0),
                         coalesce(cardinality(v_failed), 0), true;
@@ -259,7 +258,6 @@ BEGIN
             SELECT 'promoted', t.id, 0, 'fleetq',
                    jsonb_build_object('priority_class', t.class, 'waited_s', v_after)
             FROM unnest(v_ids, v_classes) AS t(id, class);
-            PERFORM pg_notify('fleetq_events', '');
         END IF;
     EXCEPTION WHEN OTHERS THEN
         RAISE WARNING 'fleetq: aging skipped this pass: %', SQLERRM;

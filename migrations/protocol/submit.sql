@@ -350,7 +350,6 @@ BEGIN
 
     IF v_lanes IS NOT NULL THEN
         PERFORM pg_notify('fleetq_work', lane) FROM unnest(v_lanes) AS lane;
-        PERFORM pg_notify('fleetq_events', '');
     END IF;
 
     IF coalesce(cardinality(v_made_n), 0) = v_count THEN  -- every job is new

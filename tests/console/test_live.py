@@ -1,5 +1,6 @@
-"""Live updates: a NOTIFY-ing change made elsewhere shows within a second, and the
-console recovers when its LISTEN connection is killed."""
+"""Live updates: a change made elsewhere shows within a second, whether it NOTIFYs (work,
+control) or only logs an event (claims, starts, outcomes), and the console recovers when
+its LISTEN connection is killed."""
 
 from __future__ import annotations
 
@@ -44,6 +45,26 @@ async def test_a_notified_change_shows_within_a_second(fleet: tuple[str, dict[st
         job = _submit(dsn)
         took = await until(pilot, lambda: _listed(app, job), deadline=1.0)
         print(f"\nconsole showed job {job} {took * 1000:.0f} ms after its submit committed")
+
+
+async def test_an_event_with_no_notification_shows_within_a_second(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Claims, starts and outcomes log events and send no NOTIFY (one would serialize
+    the queue's commits): the console polls the newest event's id."""
+    dsn, _ids = fleet
+    app = console(dsn, live=True, clock=None, resync_s=600)  # no resync during the test
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "6")
+        events = app.query_one(EventsView)
+        await until(pilot, lambda: app.follower.connected.is_set() and not app.busy)
+        with connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "INSERT INTO fleetq.events (kind) VALUES ('quiet') RETURNING id"
+            ).fetchone()
+        assert row is not None
+        took = await until(pilot, lambda: row[0] in events.seen, deadline=1.0)
+        print(f"\nconsole showed event {row[0]} {took * 1000:.0f} ms after it committed")
 
 
 async def test_recovers_after_its_listen_connection_is_killed(

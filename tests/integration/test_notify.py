@@ -10,11 +10,11 @@ from fleetq.core import fleet as fleet_api
 from fleetq.core import leasing, producer
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
-from fleetq.core.models import RunnerState
+from fleetq.core.models import Outcome, OutcomeReport, RunnerState
 from tests import fleet
 from tests.fleet import SHA
 
-CHANNELS = ("fleetq_work", "fleetq_events", "fleetq_control")
+CHANNELS = ("fleetq_work", "fleetq_control")
 
 
 class Hints:
@@ -55,7 +55,6 @@ async def test_hints_on_submit_cancel_and_drain(
         )
         # the lane, and the one runner chosen to claim (the only one here)
         await hints.wait_for("fleetq_work", f"checks {runner}")
-        await hints.wait_for("fleetq_events", "")
         await leasing.claim(driver, runner=runner, lane="checks", limit=1)
         await producer.cancel(driver, job_id=job.job_id, actor="ops")
         await hints.wait_for("fleetq_control", f"job:{job.job_id}")
@@ -100,3 +99,36 @@ async def test_a_new_job_is_announced_to_the_runner_with_most_room(
     finally:
         await listener.close()
     assert ("fleetq_work", f"checks {busy}") not in hints.seen
+
+
+async def test_claims_starts_and_outcomes_send_no_notification(
+    db_dsn: str, driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """PostgreSQL commits the transactions that NOTIFY one at a time, under one lock held
+    through the WAL flush: a NOTIFY from every claim and outcome serialized the queue
+    (the console polls the newest event instead). Notifications arrive in commit order,
+    so a marker sent last arrives first when none were sent before it."""
+    fleet.operations(sync_conn)
+    runner = await fleet.runner(driver)
+    await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="a")
+    listener = await asyncpg.connect(db_dsn)
+    hints = Hints()
+    for channel in (*CHANNELS, "fleetq_events"):
+        await listener.add_listener(channel, hints)
+    try:
+        (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
+        await leasing.complete(
+            driver,
+            runner=runner,
+            outcome=OutcomeReport(
+                job_id=claim.job_id,
+                lease_version=claim.lease_version,
+                outcome=Outcome.SUCCEEDED,
+                exit_code=0,
+            ),
+        )
+        await driver.fetch("SELECT pg_notify('fleetq_control', 'marker')")
+        await hints.wait_for("fleetq_control", "marker")
+    finally:
+        await listener.close()
+    assert hints.seen == [("fleetq_control", "marker")]

@@ -2,6 +2,11 @@
 -- one row per lane/shape/runner) so the console stays quick with 10,000 jobs queued.
 -- "Now" is the database's clock, passed in ($1) so a test can pin it.
 
+-- name: views_newest_event
+-- The newest event's id: the console polls it to learn that something happened (events
+-- send no NOTIFY; see fleetq.log_events).
+SELECT coalesce(max(id), 0) AS id FROM fleetq.events;
+
 -- name: views_now
 -- The database's clock: ages and lease countdowns are computed from it, not the laptop's.
 SELECT clock_timestamp() AS now;
