@@ -18,7 +18,7 @@ own (created, migrated, dropped):
 3. history (`history`): claim latency and the claim's shared buffers before and after
    `--history` finished jobs are written under the queue.
 
-Run it as `fleetq bench --scale` or `python -m fleetq.bench.scale --dsn DSN`; it prints
+Run it as `fleetq bench-scale` or `python -m fleetq.bench.scale --dsn DSN`; it prints
 a JSON report. Wrap real runs in `flock /tmp/fleetq-bench.lock` on a shared machine.
 """
 

@@ -30,6 +30,7 @@ dependency group (`uv sync --group bench`).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -84,6 +85,30 @@ def register(commands: Commands) -> None:
     g.add_argument("--plot", type=Path, metavar="DIR", help="write PNG charts into DIR")
     g.add_argument("--markdown", action="store_true", help="print the docs' tables instead of JSON")
     p.set_defaults(func=_bench)
+    for name, module, what in (
+        ("bench-scale", "scale", "a simulated fleet of 1 to 100 runners on the real protocol"),
+        ("bench-checks", "checkjobs", "a check job's claim -> process start overhead and staging"),
+    ):
+        _register_benchmark(commands, name, module, what)
+
+
+def _register_benchmark(commands: Commands, name: str, module_name: str, what: str) -> None:
+    """A benchmark of fleetq.bench with options of its own (`add_arguments`, `run`)."""
+    module = importlib.import_module(f"fleetq.bench.{module_name}")
+    p = commands.add_parser(
+        name,
+        help=what,
+        description=module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    module.add_arguments(p)
+
+    def run(args: argparse.Namespace) -> int:
+        report = module.run(resolve_dsn(args.dsn), args)
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        return 0
+
+    p.set_defaults(func=run)
 
 
 def _bench(args: argparse.Namespace) -> int:
