@@ -56,3 +56,12 @@ WHERE j.id >= $1::bigint AND j.operation = 'stamp' AND v.verdict = 'passed';
 -- name: bench_registered
 -- Runners that registered and are active.
 SELECT count(*) AS n FROM fleetq.runners WHERE state = 'active';
+
+-- name: bench_last_id
+-- The newest job's id (the scale benchmark's bursts start after it).
+SELECT coalesce(max(id), 0) AS id FROM fleetq.jobs;
+
+-- name: bench_transactions
+-- Transactions committed or rolled back on this database so far (cumulative statistics,
+-- flushed by each backend about once a second).
+SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database();
