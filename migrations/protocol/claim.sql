@@ -303,12 +303,14 @@ BEGIN
     -- held and did not take (its room shrank, a cap filled meanwhile), which they skipped
     -- while they were held; or jobs still queued once it filled its room, which may have
     -- been announced to this runner alone (fleetq.announce_job), while another runner of
-    -- the lane has room (under a backlog every runner is full: nobody to tell).
+    -- the lane is idle. Not merely one with room: under a backlog runners free and fill
+    -- slots all the time, and a NOTIFY per claim (notifying commits run one at a time)
+    -- held 100 runners up for nothing.
     IF v_taken < cardinality(v_held)
        OR (v_taken = l.slots - l.slots_used
            AND EXISTS (SELECT 1 FROM fleetq.runner_lanes rl
                        WHERE rl.lane = p_lane AND rl.runner_id <> p_runner
-                         AND rl.slots_used < rl.slots)
+                         AND rl.slots_used = 0)
            AND EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.state = 'queued' AND j.lane = p_lane))
     THEN
         PERFORM pg_notify('fleetq_work', p_lane);

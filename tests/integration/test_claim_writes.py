@@ -88,12 +88,12 @@ async def test_jobs_held_and_not_taken_wake_the_lane(
     assert heard == ["checks"]
 
 
-async def test_a_claim_that_fills_its_room_wakes_a_runner_with_room(
+async def test_a_claim_that_fills_its_room_wakes_an_idle_runner(
     driver: Driver, db_dsn: str, sync_conn: SyncConnection
 ) -> None:
     """A new job is announced to one runner; when that runner's claim fills its room
     with jobs still queued (several were announced to it at once), the lane is told, so
-    another runner with room takes them now rather than at its next look."""
+    an idle runner takes them now rather than at its next look."""
     fleet.operations(sync_conn)
     first = await fleet.runner(driver, "r1", lanes={"checks": 1})
     await fleet.runner(driver, "r2", lanes={"checks": 1})
