@@ -23,7 +23,8 @@ def require() -> ModuleType:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt
+    pyplot: ModuleType = plt  # typed alike with the bench group installed or not
+    return pyplot
 
 
 def write(report: dict[str, Any], directory: Path) -> list[Path]:
