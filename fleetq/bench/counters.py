@@ -29,6 +29,7 @@ reads) is kept in a `Ledger` and taken off every count it can be told apart in.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -238,6 +239,7 @@ class Counters:
         if a.lsn == b.lsn:
             return Wal(0, 0)  # nothing written (and pg_walinspect refuses an empty range)
         try:
+            await self._flushed(b.lsn)
             (row,) = await self.driver.fetch(SQL.sql("counters_wal"), a.lsn, b.lsn, timeout=120)
         except FleetqError as exc:
             # a failed statement is a rolled-back transaction: still the harness's own
@@ -247,6 +249,18 @@ class Counters:
             return server_wide(a, b)
         self.ledger.spend(READ)
         return Wal(int(row["write_xacts"]), int(row["wal_bytes"]))
+
+    async def _flushed(self, lsn: str, deadline_s: float = 10.0) -> None:
+        """Wait until the WAL up to `lsn` is flushed: pg_walinspect reads only flushed WAL,
+        and with synchronous_commit off (the test suite's servers) a commit returns
+        before its records are (the WAL writer flushes them within wal_writer_delay)."""
+        end = time.monotonic() + deadline_s
+        while True:
+            (row,) = await self.driver.fetch(SQL.sql("counters_flushed"), lsn)
+            self.ledger.spend(READ)
+            if row["flushed"] or time.monotonic() > end:
+                return
+            await asyncio.sleep(0.02)  # polling the flush position, with a deadline
 
     def _backends(self, pids: list[int]) -> dict[int, float]:
         if self.server is None:

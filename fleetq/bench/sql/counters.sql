@@ -50,6 +50,10 @@ SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
        NULL::bigint AS statements,
        NULL::bigint AS evictions;
 
+-- name: counters_flushed
+-- Whether the WAL up to $1 (text) is flushed, so pg_walinspect can read it.
+SELECT pg_current_wal_flush_lsn() >= $1::text::pg_lsn AS flushed;
+
 -- name: counters_wal
 -- This database's share of the WAL written from $1 to $2 (pg_walinspect): the write
 -- transactions (distinct transaction ids, subtransactions included) whose records
