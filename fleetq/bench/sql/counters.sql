@@ -8,16 +8,16 @@
 -- Every counter of one snapshot, in one statement: one call and one transaction of the
 -- harness's own each time, whatever is read. None of it assigns a transaction id:
 -- pg_current_snapshot's xmax is the next id to be assigned, read without taking one (as
--- pg_current_xact_id would). WAL position in bytes from 0/0: the flushed one, which
--- pg_walinspect can read up to (with synchronous_commit on, a commit that has returned
--- is flushed, so a window closed after its work returned misses none). Transactions from the
+-- pg_current_xact_id would). WAL position in bytes from 0/0: the insert position, so a
+-- window closed after its work returned holds all of it even with synchronous_commit off
+-- (pg_walinspect reads only flushed WAL: Counters.wal waits for the flush). Transactions from the
 -- cumulative statistics (flushed by each backend within 1 s while busy, 10 s when idle:
 -- see fleetq/bench/counters.py). Statements: the top-level calls on this database that
 -- pg_stat_statements has counted, what clients sent (with pg_stat_statements.track =
 -- all it also counts the statements run inside functions and triggers: not these).
 SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
-       pg_current_wal_flush_lsn()::text AS lsn,
-       (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint AS wal_bytes,
+       pg_current_wal_insert_lsn()::text AS lsn,
+       (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint AS wal_bytes,
        (SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity
          WHERE datname = current_database()) AS pids,
        (SELECT xact_commit + xact_rollback FROM pg_stat_database
@@ -37,8 +37,8 @@ SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
 -- name: counters_read_unstated
 -- counters_read where pg_stat_statements cannot count (not preloaded): no statements.
 SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
-       pg_current_wal_flush_lsn()::text AS lsn,
-       (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint AS wal_bytes,
+       pg_current_wal_insert_lsn()::text AS lsn,
+       (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint AS wal_bytes,
        (SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity
          WHERE datname = current_database()) AS pids,
        (SELECT xact_commit + xact_rollback FROM pg_stat_database
