@@ -115,14 +115,10 @@ async def report_start(driver: Driver, *, runner: RunnerId, start: StartReport) 
     return check(rows[0]["status"], job_id=start.job_id, token=start.lease_version, write="start")
 
 
-async def complete_many(
-    driver: Driver, *, runner: RunnerId, outcomes: Sequence[OutcomeReport]
-) -> list[JobWrite]:
-    """Record many outcomes in one round trip; the answer says which were stale."""
+def _outcome_columns(outcomes: Sequence[OutcomeReport]) -> list[list[object]]:
+    """The outcome arrays `fleetq.complete` and `fleetq.complete_and_claim` take ($2-$10)."""
     _no_duplicates([o.job_id for o in outcomes])
-    rows = await driver.fetch(
-        queries.sql("lease_complete"),
-        runner,
+    return [
         [o.job_id for o in outcomes],
         [o.lease_version for o in outcomes],
         [o.outcome.value for o in outcomes],
@@ -132,7 +128,14 @@ async def complete_many(
         [o.prepare_ms for o in outcomes],
         [o.run_ms for o in outcomes],
         [ago_ms(o.ended_monotonic) for o in outcomes],
-    )
+    ]
+
+
+async def complete_many(
+    driver: Driver, *, runner: RunnerId, outcomes: Sequence[OutcomeReport]
+) -> list[JobWrite]:
+    """Record many outcomes in one round trip; the answer says which were stale."""
+    rows = await driver.fetch(queries.sql("lease_complete"), runner, *_outcome_columns(outcomes))
     return [JobWrite.model_validate(row) for row in rows]
 
 
@@ -148,19 +151,10 @@ async def complete_and_claim(
     """`complete_many`, then a claim of up to `limit` jobs of `lane` for the room those
     outcomes free, in one transaction (a retry with the same claim id returns what the
     first attempt took, and outcomes already written answer `already`)."""
-    _no_duplicates([o.job_id for o in outcomes])
     rows = await driver.fetch(
         queries.sql("lease_complete_and_claim"),
         runner,
-        [o.job_id for o in outcomes],
-        [o.lease_version for o in outcomes],
-        [o.outcome.value for o in outcomes],
-        [o.exit_code for o in outcomes],
-        [o.reason for o in outcomes],
-        [o.log_tail for o in outcomes],
-        [o.prepare_ms for o in outcomes],
-        [o.run_ms for o in outcomes],
-        [ago_ms(o.ended_monotonic) for o in outcomes],
+        *_outcome_columns(outcomes),
         lane,
         limit,
         claim_id,
