@@ -123,7 +123,7 @@ class ConsoleApp(App[None]):
         self.last_event: int | None = None
         self._loading = False
         self._again: Hint | None = None
-        self.loads = 0  # reads put on screen (tests wait on it)
+        self.loads = 0  # reads put on screen, not failed ones (tests wait on it)
         self._db_now: tuple[datetime, float] | None = None
         self.overview: Overview | None = None
         self.outages = 0  # times the console went stale
@@ -252,10 +252,10 @@ class ConsoleApp(App[None]):
     @on(Loaded)
     def _loaded(self, loaded: Loaded) -> None:
         self._loading = False
-        self.loads += 1
         if not loaded.ok:
             self._retry()
             return
+        self.loads += 1
         overview = loaded.overview
         assert overview is not None
         self._db_now = (overview.now, time.monotonic())
