@@ -170,6 +170,8 @@ BEGIN
         SELECT * INTO v_lane_room, v_cap_projects, v_cap_rooms, v_full_projects
         FROM fleetq.claim_rooms(p_lane, l.lane_cap, l.project_caps, false);
     END IF;
+    -- Once, not per row: inside the scan it was a settings query per job looked at.
+    v_offline := fleetq.runner_is_stale(r.last_heartbeat_at);
     WITH candidates AS (
         -- Eligible queued jobs in priority order: an index scan on jobs_queued that stops
         -- at the limit.
@@ -177,8 +179,7 @@ BEGIN
         FROM fleetq.jobs j
         WHERE j.state = 'queued' AND j.lane = p_lane
           AND fleetq.eligible(j.capabilities, j.requested_node, j.memory_mb, j.cpu_millis,
-                              r.node, r.capabilities, r.state,
-                              fleetq.runner_is_stale(r.last_heartbeat_at),
+                              r.node, r.capabilities, r.state, v_offline,
                               r.memory_mb - r.reserved_memory_mb,
                               r.cpu_millis - r.reserved_cpu_millis, l.slots, l.slots_used)
           AND j.project <> ALL (coalesce(v_full_projects, '{}'))

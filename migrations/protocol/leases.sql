@@ -259,9 +259,20 @@ AS $function$
                                          p_prepare_ms)
 $function$;
 
+-- Outcomes. Every row this path reads (jobs, executions, runners) it reads by key, and a
+-- runner's connection caches the plans: planned while jobs was small (a fresh queue, the
+-- first seconds of a burst), they were sequential scans and hash joins, kept after the
+-- table had grown (until an ANALYZE; never, with autovacuum off), so each outcome batch
+-- of a 20,000-job backlog read every job four times. Hence the planner settings below:
+-- probe by key at any size (test_query_plans.py), and no JIT, which the disabled plans'
+-- cost would otherwise trigger on every call.
 CREATE OR REPLACE FUNCTION fleetq.complete_unchecked(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[])
  RETURNS TABLE(job_id bigint, status text)
  LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+ SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
 DECLARE

@@ -56,3 +56,57 @@ def test_auto_explain_is_available(db_dsn: str) -> None:
     """The plan test above depends on auto_explain; say so plainly if a server lacks it."""
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         conn.execute("LOAD 'auto_explain'")
+
+
+def test_outcomes_read_jobs_by_key_while_the_tables_are_small(db_dsn: str) -> None:
+    """A runner's connection caches its plans. Planned while `jobs` is small (a fresh
+    queue, the first seconds of a burst), the outcome path chose sequential scans and hash
+    joins, then read the whole table on every call once it had grown (the benchmark's
+    20,000-job backlog: each outcome batch scanned every job, four times). So the outcome
+    path is told to probe by key at any size, and never to compile with JIT."""
+    with connect(db_dsn, autocommit=True) as conn:
+        runner = factories.runner(conn, lanes={"checks": 4})
+        op = factories.operation(conn)
+        for _ in range(4):
+            factories.job(conn, op=op)
+        claimed = conn.execute(
+            queries.sql("lease_claim"), [runner, "checks", 4, uuid.uuid4()]
+        ).fetchall()
+        assert len(claimed) == 4
+        plans: list[str] = []
+        conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        for setting in (
+            "auto_explain.log_min_duration = 0",
+            "auto_explain.log_nested_statements = on",
+            "auto_explain.log_level = notice",
+            "client_min_messages = notice",
+        ):
+            conn.execute(f"SET {setting}".encode())
+        conn.execute(b"LOAD 'auto_explain'")
+        n = len(claimed)
+        answers = conn.execute(
+            queries.sql("lease_complete"),
+            [
+                runner,
+                [c[0] for c in claimed],
+                [c[1] for c in claimed],
+                ["succeeded"] * n,
+                [0] * n,
+                [None] * n,
+                [""] * n,
+                [None] * n,
+                [None] * n,
+                [None] * n,
+            ],
+        ).fetchall()
+    assert [a[1] for a in answers] == ["ok"] * n
+    assert len(plans) > 5, plans  # every statement of the outcome path was explained
+    whole_reads = [
+        p
+        for p in plans
+        if any(f"Seq Scan on {t} " in p for t in ("jobs", "executions", "verdicts"))
+        or "Hash Join" in p
+        or "Merge Join" in p
+    ]
+    assert not whole_reads, whole_reads
+    assert not [p for p in plans if "JIT:" in p], "a plan was compiled with JIT"
