@@ -110,3 +110,30 @@ def test_outcomes_read_jobs_by_key_while_the_tables_are_small(db_dsn: str) -> No
     ]
     assert not whole_reads, whole_reads
     assert not [p for p in plans if "JIT:" in p], "a plan was compiled with JIT"
+
+
+def test_a_claim_asks_whether_its_runner_is_stale_once_not_per_job(db_dsn: str) -> None:
+    """The candidate scan evaluates its filter on every queued job it passes. A runner's
+    staleness (a settings read and the clock) belongs to the runner, not to the job:
+    computed inside the filter it cost a query per job looked at, 70,000 per
+    20,000-job backlog."""
+    with connect(db_dsn, autocommit=True) as conn:
+        runner = factories.runner(conn, lanes={"checks": 4})
+        gpu = factories.operation(conn, name="gpu", capabilities=("gpu",))
+        plain = factories.operation(conn, name="plain")
+        for _ in range(50):  # first in line, and not this runner's to take
+            factories.job(conn, op=gpu, priority_class=0)
+        for _ in range(4):
+            factories.job(conn, op=plain)
+        conn.execute(b"SET track_functions = 'all'")
+        conn.execute(b"BEGIN")
+        claimed = conn.execute(
+            queries.sql("lease_claim"), [runner, "checks", 4, uuid.uuid4()]
+        ).fetchall()
+        (calls,) = conn.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
+            "WHERE schemaname = 'fleetq' AND funcname = 'runner_is_stale'"
+        ).fetchone() or (None,)
+        conn.execute(b"COMMIT")
+    assert len(claimed) == 4
+    assert calls is not None and calls <= 2, calls  # once before the scan, once under the lock
