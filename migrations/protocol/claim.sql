@@ -323,10 +323,13 @@ $function$;
 -- Runner entry points: the runner is the caller's own.
 CREATE OR REPLACE FUNCTION fleetq.claim(p_runner text, p_lane text, p_limit integer, p_claim_id uuid)
  RETURNS TABLE(job_id bigint, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint, traceparent text)
- LANGUAGE sql
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+BEGIN  -- plpgsql: its statement is planned once per connection, not on every call
+    RETURN QUERY
     SELECT * FROM fleetq.claim_unchecked(fleetq.acting_runner(p_runner), p_lane, p_limit,
-                                         p_claim_id)
+                                         p_claim_id);
+END;
 $function$;

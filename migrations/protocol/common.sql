@@ -6,12 +6,17 @@
 
 -- ---------------------------------------------------------------------------------------
 -- Helpers
+-- plpgsql, not sql: a SQL function that reads a table is never inlined, and PostgreSQL
+-- (before 18) parses and plans its body on every statement that calls it; plpgsql plans
+-- it once per connection. setting_seconds and runner_is_stale are inlined where called.
 CREATE OR REPLACE FUNCTION fleetq.setting_int(p_name text)
  RETURNS integer
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
 AS $function$
-    SELECT (value #>> '{}')::integer FROM fleetq.settings WHERE name = p_name
+BEGIN
+    RETURN (SELECT (value #>> '{}')::integer FROM fleetq.settings WHERE name = p_name);
+END;
 $function$;
 
 CREATE OR REPLACE FUNCTION fleetq.setting_seconds(p_name text)
@@ -67,10 +72,12 @@ AS $function$
 $function$;
 
 -- Whether a runner's heartbeat is too old: it is then offline, whatever its state says.
+-- VOLATILE, as it reads the clock: a STABLE SQL function calling clock_timestamp() is not
+-- inlined, and then its body is parsed and planned on every statement that calls it.
 CREATE OR REPLACE FUNCTION fleetq.runner_is_stale(p_last_heartbeat timestamp with time zone)
  RETURNS boolean
  LANGUAGE sql
- STABLE
+ VOLATILE
 AS $function$
     SELECT p_last_heartbeat < clock_timestamp() - fleetq.setting_seconds('runner_offline_after_seconds')
 $function$;

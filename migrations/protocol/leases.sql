@@ -265,7 +265,9 @@ $function$;
 -- table had grown (until an ANALYZE; never, with autovacuum off), so each outcome batch
 -- of a 20,000-job backlog read every job four times. Hence the planner settings below:
 -- probe by key at any size (test_query_plans.py), and no JIT, which the disabled plans'
--- cost would otherwise trigger on every call.
+-- cost would otherwise trigger on every call. And plan once: the arrays are parameters,
+-- so a plan for the actual arrays (one job: one row) always looked cheaper than the
+-- generic one (a hundred), and every statement was planned again on every call.
 CREATE OR REPLACE FUNCTION fleetq.complete_unchecked(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[])
  RETURNS TABLE(job_id bigint, status text)
  LANGUAGE plpgsql
@@ -273,6 +275,7 @@ CREATE OR REPLACE FUNCTION fleetq.complete_unchecked(p_runner text, p_jobs bigin
  SET enable_hashjoin TO 'off'
  SET enable_mergejoin TO 'off'
  SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -403,13 +406,16 @@ $function$;
 
 CREATE OR REPLACE FUNCTION fleetq.complete(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[])
  RETURNS TABLE(job_id bigint, status text)
- LANGUAGE sql
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+BEGIN  -- plpgsql: its statement is planned once per connection, not on every call
+    RETURN QUERY
     SELECT * FROM fleetq.complete_unchecked(fleetq.acting_runner(p_runner), p_jobs, p_versions,
                                             p_outcomes, p_exit_codes, p_reasons, p_log_tails,
-                                            p_prepare_ms, p_run_ms, p_ended_ago_ms)
+                                            p_prepare_ms, p_run_ms, p_ended_ago_ms);
+END;
 $function$;
 
 -- Outcomes, then a claim for the room they free, in one transaction (issue 18): where a
