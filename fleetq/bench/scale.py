@@ -217,7 +217,7 @@ async def _step(db: str, observer: Driver, n: int, args: argparse.Namespace) -> 
         cpu, wall = time.process_time(), time.perf_counter()
         first = await _burst(observer, args.jobs, args.timeout, serving, waits)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        claims = serving.claims()
+        claims, refills = serving.claims(), serving.refills()
         stale, races = serving.stale()
     (row,) = await observer.fetch(queries.sql("bench_scale_drain"), first)
     return {
@@ -226,6 +226,7 @@ async def _step(db: str, observer: Driver, n: int, args: argparse.Namespace) -> 
             slots=args.slots,
             drain=row,
             claims=claims,
+            refills=refills,
             harness_cpu_s=cpu,
             harness_wall_s=wall,
             stale=stale,
@@ -245,6 +246,7 @@ def step_report(
     harness_wall_s: float,
     stale: int,
     self_races: int = 0,
+    refills: list[tuple[float, int]] | None = None,
 ) -> dict[str, Any]:
     """One fleet size's figures: rates over the drain in database time (first submit to
     last outcome), claim round trips from the runners' side."""
@@ -263,6 +265,11 @@ def step_report(
         "jobs_per_claim": round(sum(j for _, j in claims) / len(taking), 2) if taking else None,
         "claim_ms": figures.summary(taking, scale=1000),
         "empty_claim_ms": figures.summary(empty, scale=1000),
+        # outcome batches that carried the claim for the room they freed (the runner's
+        # refill): outcomes and claim in one round trip, timed together
+        "refill_calls": len(refills or []),
+        "refill_jobs": sum(j for _, j in refills or []),
+        "refill_ms": figures.summary([s for s, _ in refills or []], scale=1000),
         # one Python process plays the whole fleet: near 100% means the harness, not the
         # database, may be what limits the rate
         "harness_cpu_percent": round(100 * harness_cpu_s / harness_wall_s, 1)

@@ -8,8 +8,13 @@ What it does, and whose code does it:
   once when the claim came back full, and otherwise waits for a NOTIFY on `fleetq_work`
   or the poll interval, which doubles while polls find nothing, up to the longest
   (`runner.config` defaults);
+- wake-ups as the runner's `control` takes them: a NOTIFY naming its lane alone, or its
+  lane and this runner, wakes the claim loop; one naming another runner is looked after
+  once, `control.LOOKOUT_S` later (a full runner named for a job does not forward it);
 - per claimed job: `leasing.report_start`, then the outcome through the runner's own
-  batching `Reporter` (one fenced `complete` for whatever is pending);
+  batching `Reporter` (one fenced `complete` for whatever is pending), which carries the
+  claim for the room the batch frees (`Refill`, sized as `runner.claiming` sizes it: the
+  same transaction); a job whose refill found the lane empty does not wake the loop;
 - the periodic passes with the runner's own intervals: heartbeat (`leasing.heartbeat` and
   the read of its own state) every beat, the reaper pass (and, for its leader, the
   schedules' due ticks), the collection pass's two reads every lease, a ping of the
@@ -49,9 +54,10 @@ from fleetq.core.models import (
 )
 from fleetq.runner import config as runner_config
 from fleetq.runner import control, loops
-from fleetq.runner.reporter import Reporter
+from fleetq.runner.reporter import Refill, Reporter
 
 CLAIM = queries.sql("lease_claim")
+REFILL = queries.sql("lease_complete_and_claim")
 
 
 @dataclass(frozen=True)
@@ -74,13 +80,15 @@ class SerialDriver:
     """A simulated runner's one connection, shared by its loops: one statement at a time
     (asyncpg refuses overlapping calls on a connection), each claim's round trip timed
     from the moment the connection was its own, so queueing behind the runner's other
-    calls is not counted as the claim's cost."""
+    calls is not counted as the claim's cost. Outcome batches that carry a claim (the
+    refill) are timed apart: their round trip is outcomes and claim together."""
 
     def __init__(self, conn: asyncpg.Connection) -> None:
         self.conn = conn
         self.inner = AsyncpgDriver(conn)
         self.lock = asyncio.Lock()
         self.claims: list[tuple[float, int]] = []  # (seconds, jobs claimed)
+        self.refills: list[tuple[float, int]] = []  # outcomes with a claim: (seconds, jobs)
 
     async def fetch(
         self, query: LiteralString, *args: object, timeout: float = DEFAULT_TIMEOUT_S
@@ -91,6 +99,9 @@ class SerialDriver:
             rows = await self.inner.fetch(query, *args, timeout=timeout)
             if query == CLAIM:
                 self.claims.append((time.perf_counter() - start, len(rows)))
+            elif query == REFILL:
+                took = sum(1 for r in rows if r["kind"] == "claim")
+                self.refills.append((time.perf_counter() - start, took))
         return rows
 
     async def close(self) -> None:
@@ -127,6 +138,9 @@ class SimRunner:
         # and counted apart as the runner counts them (`self_race`)
         self.self_races = 0
         self.finishing: set[JobId] = set()  # outcomes handed to the reporter
+        # jobs whose outcome's refill claim came back short: their end needs no new look
+        self.looked_after: set[JobId] = set()
+        self.lookout: asyncio.TimerHandle | None = None
         self.lease_s = 30.0
         self.offline_s = 30.0
 
@@ -138,7 +152,9 @@ class SimRunner:
         )
         await prepare_asyncpg(conn)
         self.driver = SerialDriver(conn)
-        self.reporter = Reporter(self.driver, self.runner)
+        self.reporter = Reporter(
+            self.driver, self.runner, refill_for=self._refill_for, refilled=self._refilled
+        )
         await fleet.register(
             self.driver,
             Registration(
@@ -159,8 +175,39 @@ class SimRunner:
                 await conn.add_listener("fleetq_work", self._on_work)
 
     def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        if str(payload) == self.lane:
+        lane, _, chosen = str(payload).partition(" ")
+        if lane != self.lane:
+            return
+        if not chosen or chosen == self.runner:
             self.wake.set()
+        elif self.lookout is None:
+            self.lookout = asyncio.get_running_loop().call_later(
+                min(self.cadence.poll_s, control.LOOKOUT_S), self._look
+            )
+
+    def _look(self) -> None:
+        self.lookout = None
+        self.wake.set()
+
+    def _refill_for(self, reports: list[OutcomeReport]) -> Refill | None:
+        """The claim the runner sends with these outcomes (`Claiming._refill_for`)."""
+        jobs = frozenset(
+            r.job_id
+            for r in reports
+            if (c := self.running.get(r.job_id)) is not None and c.lease_version == r.lease_version
+        )
+        limit = min(self.batch, self.slots - len(self.running) + len(jobs))
+        if not jobs or limit < 1:
+            return None
+        return Refill(
+            lane=self.lane, limit=limit, claim_id=uuid.uuid4(), sent=time.monotonic(), jobs=jobs
+        )
+
+    def _refilled(self, claims: list[Claim], refill: Refill) -> None:
+        for claim in claims:
+            self._launch(claim)
+        if len(claims) < refill.limit:
+            self.looked_after.update(JobId(j) for j in refill.jobs)
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Claim and run jobs until `stop`; then let running jobs end and flush outcomes."""
@@ -228,7 +275,6 @@ class SimRunner:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
-        self.wake.set()  # a slot is free
 
     async def _job(self, claim: Claim) -> None:
         try:
@@ -264,6 +310,10 @@ class SimRunner:
         finally:
             self.running.pop(claim.job_id, None)
             self.finishing.discard(claim.job_id)
+            if claim.job_id in self.looked_after:
+                self.looked_after.discard(claim.job_id)  # its refill found the lane empty
+            else:
+                self.wake.set()  # a slot is free
 
     async def _heartbeat(self) -> None:
         leases = [(job, c.lease_version) for job, c in self.running.items()]
@@ -330,10 +380,15 @@ class Serving:
         """Every claim's (round trip seconds, jobs) since the last `reset`."""
         return [c for r in self.fleet for c in r.driver.claims]
 
+    def refills(self) -> list[tuple[float, int]]:
+        """Every outcome batch that carried a claim: (round trip seconds, jobs claimed)."""
+        return [c for r in self.fleet for c in r.driver.refills]
+
     def reset(self) -> None:
         """Forget the claims timed so far (after a warm-up)."""
         for r in self.fleet:
             r.driver.claims.clear()
+            r.driver.refills.clear()
 
     def stale(self) -> tuple[int, int]:
         """Across the fleet: fenced writes answered stale (must be 0), and heartbeats

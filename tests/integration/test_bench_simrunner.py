@@ -33,7 +33,7 @@ async def test_a_simulated_fleet_drains_a_burst(db_dsn: str, tmp_path: Path) -> 
         fleet_ = await start_fleet(db_dsn, 2, prefix="t", lane=scale.LANE, slots=3, cadence=FAST)
         async with Serving(fleet_) as serving:
             await _drain(observer, serving, 40)
-            claims = serving.claims()
+            claims, refills = serving.claims(), serving.refills()
             stale, _races = serving.stale()
         (row,) = await observer.fetch(queries.sql("bench_scale_drain"), 1)
         states = await observer.fetch(
@@ -48,7 +48,9 @@ async def test_a_simulated_fleet_drains_a_burst(db_dsn: str, tmp_path: Path) -> 
         await observer.close()
     assert row["jobs"] == row["succeeded"] == 40
     assert stale == 0
-    assert sum(n for _, n in claims) == 40 and all(s > 0 for s, _ in claims)
+    assert sum(n for _, n in claims + refills) == 40 and all(s > 0 for s, _ in claims)
+    # as the runner does, outcomes carry the claim for the room they free
+    assert any(n for _, n in refills), refills
     # they said offline on the way out, and gave every slot back
     assert [(r["id"], r["state"], r["slots_used"]) for r in states] == [
         ("t0/runner", "offline", 0),
