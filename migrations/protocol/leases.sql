@@ -442,6 +442,9 @@ BEGIN
                                    p_reasons, p_log_tails, p_prepare_ms, p_run_ms,
                                    p_ended_ago_ms) o;
     IF p_limit > 0 THEN
+        -- a refill: its claim does not wake the lane when it fills its room (claim.sql);
+        -- local to this call (the function's SET clause restores settings on exit)
+        PERFORM set_config('fleetq.refill', 'on', true);
         RETURN QUERY
         SELECT 'claim'::text, c.job_id, NULL::text, c.lease_version, c.lease_expires_at,
                c.project, c.operation, c.commit_sha, c.requested_node, c.payload, c.task_id,

@@ -7,9 +7,12 @@ claim-locks-runner-before-jobs)."""
 
 from __future__ import annotations
 
-from fleetq.core import producer
+import uuid
+
+from fleetq.core import leasing, producer
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
+from fleetq.core.models import Outcome, OutcomeReport
 from tests import fleet
 from tests.fleet import SHA
 
@@ -107,3 +110,43 @@ async def test_a_claim_that_fills_its_room_wakes_an_idle_runner(
         assert len(taken) == 1
         heard = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
     assert heard == ["checks"]
+
+
+async def test_a_refill_that_fills_its_room_does_not_wake_the_lane(
+    driver: Driver, db_dsn: str, sync_conn: SyncConnection
+) -> None:
+    """The claim an outcome batch carries (the refill) is a runner draining a backlog,
+    whose submits woke the lane already. Notifying on each refill that fills its room
+    while another runner is idle made nearly every refill of a 100-runner fleet NOTIFY,
+    and notifying commits run one at a time: 190 jobs/s instead of 415."""
+    fleet.operations(sync_conn)
+    first = await fleet.runner(driver, "r1", lanes={"checks": 1})
+    await fleet.runner(driver, "r2", lanes={"checks": 1})  # idle throughout
+    for _ in range(3):
+        await producer.submit(
+            driver, project="tools", operation="lint", commit=SHA, submitted_by="ci"
+        )
+    (running,) = await leasing.claim(driver, runner=first, lane="checks", limit=1)
+    with connect(db_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN fleetq_work")
+        _answers, refilled = await leasing.complete_and_claim(
+            driver,
+            runner=first,
+            outcomes=[
+                OutcomeReport(
+                    job_id=running.job_id,
+                    lease_version=running.lease_version,
+                    outcome=Outcome.SUCCEEDED,
+                    exit_code=0,
+                )
+            ],
+            lane="checks",
+            limit=1,
+            claim_id=uuid.uuid4(),
+        )
+        assert len(refilled) == 1  # its room is full again, one job still queued
+        # notifications arrive in commit order: the first heard is the marker, unless
+        # the refill notified
+        await driver.fetch("SELECT pg_notify('fleetq_work', 'marker')")
+        heard = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
+    assert heard == ["marker"]
