@@ -32,6 +32,8 @@ def test_bench_prints_figures(server_dsn: str) -> None:
             "20",
             "--idle-seconds",
             "1",
+            "--settle",  # statistics' flush wait: accuracy, not what this test checks
+            "1",
         ],
         capture_output=True,
         text=True,
