@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from pydantic import BaseModel, ConfigDict
 
 from fleetq.core import leasing, queries, stats
@@ -167,14 +168,21 @@ class RunFigures(_Row):
 @contextlib.contextmanager
 def exclusive_run(dsn: str) -> Iterator[None]:
     """Hold the database's run lock for the block; `FleetqError` if another run holds it.
-    The lock lives on its own connection, so it is released when the process ends."""
+    The lock lives on its own connection, so it is released when the process ends, and
+    it is given back explicitly at the block's end."""
     with connect(dsn, autocommit=True) as conn:
         row = conn.execute(queries.sql("report_run_lock"), [RUN_LOCK_KEY]).fetchone()
         if not (row and row[0]):
             raise FleetqError(
                 "another fleetq demo is running on this database; wait for it or stop it"
             )
-        yield
+        try:
+            yield
+        finally:
+            # given back now, not when the server notices the connection closed; a lost
+            # connection has given it back already
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(queries.sql("report_run_unlock"), [RUN_LOCK_KEY])
 
 
 async def clock(driver: Driver) -> datetime:

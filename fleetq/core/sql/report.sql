@@ -155,3 +155,9 @@ ORDER BY id;
 -- node-a/runner). A session lock: it goes with the connection, even on a crash.
 -- $1 lock key
 SELECT pg_try_advisory_lock($1::bigint) AS locked;
+
+-- name: report_run_unlock
+-- Give the run lock back at the end of the run: the server ends a closed connection's
+-- session a moment after the client has gone, and a run started in that moment found the
+-- lock still held. $1 lock key
+SELECT pg_advisory_unlock($1::bigint) AS unlocked;
