@@ -251,6 +251,7 @@ def step_report(
     """One fleet size's figures: rates over the drain in database time (first submit to
     last outcome), claim round trips from the runners' side."""
     drain_s = float(drain["drain_s"] or 0)
+    refills = refills or []
     taking = [s for s, jobs in claims if jobs]
     empty = [s for s, jobs in claims if not jobs]
     return {
@@ -267,9 +268,9 @@ def step_report(
         "empty_claim_ms": figures.summary(empty, scale=1000),
         # outcome batches that carried the claim for the room they freed (the runner's
         # refill): outcomes and claim in one round trip, timed together
-        "refill_calls": len(refills or []),
-        "refill_jobs": sum(j for _, j in refills or []),
-        "refill_ms": figures.summary([s for s, _ in refills or []], scale=1000),
+        "refill_calls": len(refills),
+        "refill_jobs": sum(j for _, j in refills),
+        "refill_ms": figures.summary([s for s, _ in refills], scale=1000),
         # one Python process plays the whole fleet: near 100% means the harness, not the
         # database, may be what limits the rate
         "harness_cpu_percent": round(100 * harness_cpu_s / harness_wall_s, 1)

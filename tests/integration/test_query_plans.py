@@ -27,19 +27,26 @@ def _history(conn: SyncConnection) -> str:
     return factories.runner(conn, lanes={"checks": 4})
 
 
+def _explained(conn: SyncConnection) -> list[str]:
+    """From now on, every statement's plan on `conn`, nested ones included, appended to
+    the list returned (auto_explain's notices)."""
+    plans: list[str] = []
+    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    for setting in (
+        "auto_explain.log_min_duration = 0",
+        "auto_explain.log_nested_statements = on",
+        "auto_explain.log_level = notice",
+        "client_min_messages = notice",
+    ):
+        conn.execute(f"SET {setting}".encode())
+    conn.execute(b"LOAD 'auto_explain'")
+    return plans
+
+
 def test_claim_walks_the_queued_index(db_dsn: str) -> None:
     with connect(db_dsn, autocommit=True) as conn:
         runner = _history(conn)
-        plans: list[str] = []
-        conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
-        for setting in (
-            "auto_explain.log_min_duration = 0",
-            "auto_explain.log_nested_statements = on",
-            "auto_explain.log_level = notice",
-            "client_min_messages = notice",
-        ):
-            conn.execute(f"SET {setting}".encode())
-        conn.execute(b"LOAD 'auto_explain'")
+        plans = _explained(conn)
         claimed = conn.execute(
             queries.sql("lease_claim"), [runner, "checks", 4, uuid.uuid4()]
         ).fetchall()
@@ -73,16 +80,7 @@ def test_outcomes_read_jobs_by_key_while_the_tables_are_small(db_dsn: str) -> No
             queries.sql("lease_claim"), [runner, "checks", 4, uuid.uuid4()]
         ).fetchall()
         assert len(claimed) == 4
-        plans: list[str] = []
-        conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
-        for setting in (
-            "auto_explain.log_min_duration = 0",
-            "auto_explain.log_nested_statements = on",
-            "auto_explain.log_level = notice",
-            "client_min_messages = notice",
-        ):
-            conn.execute(f"SET {setting}".encode())
-        conn.execute(b"LOAD 'auto_explain'")
+        plans = _explained(conn)
         n = len(claimed)
         answers = conn.execute(
             queries.sql("lease_complete"),
