@@ -17,7 +17,7 @@ import asyncpg
 from fleetq.api.models import Caller
 from fleetq.core import migrate, queries
 from fleetq.core.db import as_uri
-from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg
+from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg, refuse_read_only
 from fleetq.core.errors import NotAuthenticated
 from fleetq.core.models import JobId
 
@@ -41,6 +41,7 @@ class Gateway:
                 min_size=0,
                 max_size=self.pool_size,
                 init=prepare_asyncpg,
+                setup=refuse_read_only,
                 server_settings={"application_name": "fleetq-api"},
             )
         await migrate.require_current_async(AsyncpgDriver(self._pool))

@@ -14,7 +14,7 @@ import asyncpg
 
 from fleetq.core import eligibility, fleet, migrate, producer, readers, schedules, stats, views
 from fleetq.core.db import as_uri
-from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg
+from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg, refuse_read_only
 from fleetq.core.models import CancelResult, Event, JobId, JobState, RunnerState
 from fleetq.core.schedules import Listed
 from fleetq.core.stats import Overlap
@@ -40,6 +40,7 @@ class Source:
                 min_size=1,
                 max_size=3,
                 init=prepare_asyncpg,
+                setup=refuse_read_only,
                 timeout=10,
                 server_settings={"application_name": "fleetq-console"},
             )

@@ -17,7 +17,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import TupleRow
 
-from fleetq.core.errors import ConfigError, ConnectionFailed, FleetqError
+from fleetq.core.errors import ConfigError, ConnectionFailed, FleetqError, ReadOnlyServer
 
 SyncConnection: TypeAlias = psycopg.Connection[TupleRow]
 
@@ -30,14 +30,40 @@ def resolve_dsn(explicit: str | None = None) -> str:
     DSN given by a person is checked first: a malformed one is a `ConfigError` saying
     what is wrong, not a driver's traceback later."""
     if explicit:
-        return check_dsn(explicit, "--dsn")
+        return writable(check_dsn(explicit, "--dsn"))
     if env := os.environ.get("FLEETQ_DSN"):
-        return check_dsn(env, "FLEETQ_DSN")
+        return writable(check_dsn(env, "FLEETQ_DSN"))
     from fleetq.core.embedded import EmbeddedServer  # only when no server was named
 
     dsn = EmbeddedServer().ensure_running().dsn
     assert dsn is not None  # ensure_running raises when it cannot provide one
     return dsn
+
+
+def writable(dsn: str) -> str:
+    """`dsn`, asking for a server that accepts writes (`target_session_attrs=read-write`)
+    unless it, or `PGTARGETSESSIONATTRS`, asks for something else.
+
+    Why: with a primary and its standbys listed (`host=db1,db2`, or
+    `postgresql://db1,db2/fleetq`), libpq and asyncpg otherwise take the first host that
+    answers, a standby included, where every write fails; with it they skip standbys and,
+    after a failover, find the promoted one. Every fleetq process connects through this."""
+    if os.environ.get("PGTARGETSESSIONATTRS") or "target_session_attrs" in _dsn_names(dsn):
+        return dsn
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        query = f"{parts.query}&" if parts.query else ""
+        return urlunsplit(parts._replace(query=f"{query}target_session_attrs=read-write"))
+    return make_conninfo(dsn, target_session_attrs="read-write")
+
+
+def _dsn_names(dsn: str) -> set[str]:
+    """The parameter names a DSN gives (URI query or key=value pairs)."""
+    if "://" in dsn:
+        return set(parse_qs(urlsplit(dsn).query))
+    from psycopg.conninfo import conninfo_to_dict
+
+    return set(conninfo_to_dict(dsn))
 
 
 def check_dsn(dsn: str, where: str = "the DSN") -> str:
@@ -98,6 +124,15 @@ def with_database(dsn: str, database: str) -> str:
     return make_conninfo(dsn, dbname=database)
 
 
+def read_only_message(exc: object) -> str:
+    """What a write refused by a read-only server says, with what to do about it."""
+    return (
+        f"the database server is read-only (a standby, or a primary being demoted): {exc}; "
+        "retry once the failover is done, with the primary and its standbys all listed in "
+        "the DSN (host=db1,db2): fleetq connects with target_session_attrs=read-write"
+    )
+
+
 @contextlib.contextmanager
 def wrap_errors() -> Iterator[None]:
     """Turn driver exceptions into `core.errors`, keeping the original as the cause."""
@@ -105,6 +140,8 @@ def wrap_errors() -> Iterator[None]:
         yield
     except psycopg.OperationalError as exc:
         raise ConnectionFailed(f"database unreachable or connection lost: {exc}") from exc
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        raise ReadOnlyServer(read_only_message(exc)) from exc
     except psycopg.Error as exc:
         raise FleetqError(f"database error: {exc}") from exc
 

@@ -21,7 +21,7 @@ from asyncpg.pool import PoolConnectionProxy
 from psycopg.rows import dict_row
 
 from fleetq.core import errors
-from fleetq.core.db import as_uri
+from fleetq.core.db import as_uri, read_only_message
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -57,12 +57,22 @@ class Driver(Protocol):
 
 
 def map_error(exc: BaseException) -> errors.FleetqError | None:
-    """The fleetq error for a driver exception, or None when it is not a database error."""
+    """The fleetq error for a driver exception, or None when it is not a database error
+    (a fleetq error, raised inside a driver call such as a pool's `setup`, is its own)."""
+    if isinstance(exc, errors.FleetqError):
+        return exc
     sqlstate = getattr(exc, "sqlstate", None)
     if isinstance(sqlstate, str) and sqlstate in _FLEETQ_STATES:
         return _FLEETQ_STATES[sqlstate](_primary_message(exc))
     if isinstance(exc, TimeoutError):
         return errors.QueryTimeout()
+    if sqlstate == "25006":  # read_only_sql_transaction: a standby, or a demoted primary
+        return errors.ReadOnlyServer(read_only_message(_primary_message(exc)))
+    if isinstance(exc, asyncpg.exceptions.TargetServerAttributeNotMatched):
+        return errors.ReadOnlyServer(
+            f"no server in the DSN accepts writes ({exc}): a failover is under way, or the "
+            "primary is not among the DSN's hosts"
+        )
     if isinstance(sqlstate, str) and (sqlstate in _BUSY_STATES or sqlstate[:2] == "53"):
         return errors.DatabaseBusy(f"database busy: {_primary_message(exc)}")
     if isinstance(exc, ValueError):
@@ -94,7 +104,7 @@ def mapped_errors() -> Iterator[None]:
         yield
     except Exception as exc:
         mapped = map_error(exc)
-        if mapped is None:
+        if mapped is None or mapped is exc:
             raise
         raise mapped from exc
 
@@ -142,6 +152,20 @@ class AsyncpgDriver:
                 await asyncio.wait_for(self.conn.close(), 5)
             else:
                 await self.conn.close(timeout=5)
+
+
+async def refuse_read_only(conn: asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]) -> None:
+    """A pool's `setup`, run at each acquire: a pooled connection whose server no longer
+    takes writes (demoted, or fenced by an operator with `default_transaction_read_only`)
+    fails the call as `ReadOnlyServer`, and asyncpg closes it, so the pool's next
+    connection looks for the primary again instead of failing on the old one for ever.
+    Free: both settings are reported by the server (PostgreSQL 14+), not queried."""
+    settings = conn.get_settings()
+    for name in ("in_hot_standby", "default_transaction_read_only"):
+        if getattr(settings, name, "off") == "on":
+            raise errors.ReadOnlyServer(
+                read_only_message(f"{name} is on at the server this pooled connection reached")
+            )
 
 
 async def prepare_asyncpg(conn: asyncpg.Connection) -> None:

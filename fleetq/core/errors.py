@@ -18,6 +18,12 @@ class ConnectionFailed(FleetqError):
     """Could not reach the PostgreSQL server."""
 
 
+class ReadOnlyServer(ConnectionFailed):
+    """The server reached accepts no writes: a standby, or a primary being demoted.
+    Transient like a lost connection: after a failover the next connection (made with
+    `target_session_attrs=read-write`) finds the new primary."""
+
+
 class EmbeddedServerError(FleetqError):
     """The embedded PostgreSQL server could not be managed."""
 

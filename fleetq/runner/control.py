@@ -13,7 +13,7 @@ import time
 import asyncpg
 
 from fleetq.core import leasing
-from fleetq.core.driver import mapped_errors
+from fleetq.core.driver import mapped_errors, refuse_read_only
 from fleetq.core.models import JobId
 from fleetq.runner import identity, loops
 from fleetq.runner.base import RunnerBase, log
@@ -113,6 +113,9 @@ class Control(RunnerBase):
             gone.cancel()
             if not self.done.is_set() and not lost.is_set():
                 await conn.fetchval("SELECT 1", timeout=5)  # a silent network drop shows here
+                # A server demoted or fenced read-only stays reachable but hears no
+                # submit: the new primary's NOTIFYs go to its own listeners only.
+                await refuse_read_only(conn)
 
     def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         """A wake-up names a lane, or a lane and the one runner chosen to claim a new job

@@ -31,7 +31,7 @@ import asyncpg
 from fleetq import __version__
 from fleetq.core import fleet, leasing, migrate, queries
 from fleetq.core.db import dsn_settings
-from fleetq.core.driver import AsyncpgDriver, prepare_asyncpg
+from fleetq.core.driver import AsyncpgDriver, prepare_asyncpg, refuse_read_only
 from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import (
     Claim,
@@ -147,6 +147,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             min_size=0,
             max_size=4 + len(self.config.lanes),
             init=prepare_asyncpg,
+            setup=refuse_read_only,
             reset=_keep_session,
             server_settings={
                 **self.session_settings,

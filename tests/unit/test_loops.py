@@ -8,7 +8,13 @@ import asyncpg
 import pytest
 
 from fleetq.core.driver import map_error
-from fleetq.core.errors import ConnectionFailed, DatabaseBusy, FleetqError, InvalidInput
+from fleetq.core.errors import (
+    ConnectionFailed,
+    DatabaseBusy,
+    FleetqError,
+    InvalidInput,
+    ReadOnlyServer,
+)
 from fleetq.runner import loops
 
 
@@ -94,3 +100,19 @@ def test_arguments_fleetq_passed_wrongly_are_a_bug() -> None:
     client_side = asyncpg.exceptions._base.DataError("invalid input for query argument $1")
     assert map_error(client_side) is None
     assert loops.environmental(InvalidInput("a batch names the same job twice")) is None
+
+
+def test_a_read_only_server_is_an_outage_to_ride_out_not_a_bug() -> None:
+    """A write on a standby (or a fenced primary), or no host in the DSN taking writes:
+    retried like a lost connection, saying what it is."""
+    refused = asyncpg.exceptions.ReadOnlySQLTransactionError(
+        "cannot execute INSERT in a read-only transaction"
+    )
+    none_writable = asyncpg.exceptions.TargetServerAttributeNotMatched(
+        "None of the hosts match the target attribute requirement 'read-write'"
+    )
+    for exc in (refused, none_writable):
+        error = loops.environmental(exc)
+        assert isinstance(error, ReadOnlyServer)
+        assert loops.transient(error)
+        assert "read-only" in str(error) or "accepts writes" in str(error)

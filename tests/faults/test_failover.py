@@ -1,0 +1,308 @@
+"""A PostgreSQL failover under a working fleet (docs/operations.md, "Failover").
+
+A primary with one streaming standby, three runner processes and a producer whose DSN
+lists both hosts; jobs flow; the primary's machine dies (every process of it SIGKILLed)
+and the standby is promoted. With synchronous replication nothing acknowledged is lost:
+every acknowledged submit is on the new primary, every job ends with exactly one outcome,
+no job's token goes backwards, the leases held at the failover are recovered (their
+runner carries on under the same token, or the lease expires and the job runs again), and
+no runner exits. With asynchronous replication what the standby had not received is
+gone, acknowledged or not: the second test shows it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from fleetq.core import config as fleet_config
+from fleetq.core import migrate, producer
+from fleetq.core.db import connect, writable
+from fleetq.core.errors import ConnectionFailed
+from tests.e2e.conftest import FLEET, Repo, wait_until
+from tests.e2e.test_faults import _runner
+from tests.faults.replication import Pair, replicated_pair
+
+pytestmark = pytest.mark.slow
+
+LEASE_S = 4
+RUNNERS = 3
+TERMINAL = ["succeeded", "failed", "cancelled", "refused"]
+
+
+class Producer(threading.Thread):
+    """Submits jobs one by one, each under an idempotency key, through the two-host DSN;
+    a submit that fails (the primary is gone, the standby not yet promoted) is sent again
+    under the same key until it is acknowledged. `acked` is every acknowledged submit."""
+
+    def __init__(self, dsn: str, commit: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.commit = writable(dsn), commit
+        self.stop = threading.Event()
+        self.acked: dict[str, int] = {}  # idempotency key -> job id
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.acked)
+
+    def run(self) -> None:
+        conn: psycopg.Connection[tuple[object, ...]] | None = None
+        n = 0
+        while not self.stop.is_set():
+            key = f"failover-{n}"
+            try:
+                if conn is None:
+                    conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=2)
+                result = producer.submit_in_transaction(
+                    conn,
+                    project="repo",
+                    operation="sleep" if n % 4 == 0 else "ping",
+                    commit=self.commit,
+                    submitted_by="failover-test",
+                    idempotency_key=key,
+                )
+            except (ConnectionFailed, psycopg.OperationalError) as exc:
+                self.errors.append(str(exc).splitlines()[0])
+                if conn is not None:
+                    conn.close()
+                    conn = None
+                self.stop.wait(0.1)  # pacing the retries, not waiting for anything
+                continue
+            with self.lock:
+                self.acked[key] = result.job_id
+            n += 1
+            self.stop.wait(0.05)  # about 20 submits a second
+        if conn is not None:
+            conn.close()
+
+
+@contextmanager
+def fleet(pair: Pair, repo: Repo, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The schema and the fleet file on the primary, and three runners on the two-host
+    DSN, each serving before the block starts; stopped afterwards."""
+    migrate.migrate(pair.primary.dsn())
+    path = tmp_path / "fleet.toml"
+    path.write_text(FLEET.format(repo=repo.path, lease=LEASE_S, sleep=1))
+    with connect(pair.primary.dsn()) as conn:
+        fleet_config.apply(conn, fleet_config.load(path), source=path)
+    runners = [
+        _runner(pair.fleet_dsn, tmp_path, "checks=2", "control=2", name=f"r{i}")
+        for i in range(RUNNERS)
+    ]
+    try:
+        for proc, log in runners:
+
+            def serving(proc: subprocess.Popen[bytes] = proc, log: Path = log) -> bool:
+                return "serving" in log.read_text() or proc.poll() is not None
+
+            wait_until(serving, what=f"{log.name} to serve")
+            assert proc.poll() is None, log.read_text()
+        yield [proc for proc, _ in runners]
+    finally:
+        for proc, _ in runners:
+            proc.terminate()
+        for proc, _ in runners:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _rows(dsn: str, sql: str, *params: object) -> list[tuple[object, ...]]:
+    with psycopg.connect(
+        dsn, autocommit=True, connect_timeout=5, cursor_factory=psycopg.RawCursor
+    ) as conn:
+        cursor = conn.execute(sql.encode(), list(params))
+        return cursor.fetchall() if cursor.description else []
+
+
+def _ints(dsn: str, sql: str, *params: object) -> dict[int, int]:
+    """A query's rows of two integers, as a mapping from the first to the second."""
+    return {int(str(a)): int(str(b)) for a, b in _rows(dsn, sql, *params)}
+
+
+def _live_sleep_jobs(dsn: str) -> int:
+    (row,) = _rows(
+        dsn,
+        "SELECT count(*) FROM fleetq.jobs WHERE operation = 'sleep' "
+        "AND state IN ('claimed', 'running')",
+    )
+    return int(str(row[0]))
+
+
+def test_a_synchronous_standby_takes_over_and_nothing_acknowledged_is_lost(
+    repo: Repo, tmp_path: Path
+) -> None:
+    with replicated_pair(sync=True) as pair, fleet(pair, repo, tmp_path) as runners:
+        submits = Producer(pair.fleet_dsn, repo.head)
+        submits.start()
+        try:
+            wait_until(
+                lambda: submits.count() >= 12 and _live_sleep_jobs(pair.primary.dsn()) >= 2,
+                what="jobs flowing, with check jobs running",
+            )
+            # What the old primary had handed out: each job's newest token, and the leases
+            # held at this moment (a commit returned only once the standby had it).
+            old = pair.primary.dsn()
+            tokens = _ints(old, "SELECT id, lease_version FROM fleetq.jobs")
+            held = _ints(
+                old,
+                "SELECT id, lease_version FROM fleetq.jobs WHERE state IN ('claimed', 'running')",
+            )
+            killed_at = time.time()
+            pair.primary.kill()
+            pair.standby.promote()
+            promoted_s = time.time() - killed_at
+            new = pair.standby.dsn()
+            before = submits.count()
+            wait_until(
+                lambda: submits.count() >= before + 12,
+                what="submits acknowledged by the new primary",
+                deadline_s=60,
+            )
+        finally:
+            submits.stop.set()
+            submits.join(timeout=30)
+        acked = dict(submits.acked)
+        wait_until(
+            lambda: (
+                not _rows(
+                    new,
+                    "SELECT 1 FROM fleetq.jobs WHERE NOT (state = ANY($1)) LIMIT 1",
+                    TERMINAL,
+                )
+            ),
+            what="every job to reach an outcome on the new primary",
+            deadline_s=90,
+        )
+        keys = {
+            str(key): int(str(job))
+            for key, job in _rows(new, "SELECT idempotency_key, id FROM fleetq.jobs")
+        }
+        missing = {key: job for key, job in acked.items() if keys.get(key) != job}
+        assert not missing, f"acknowledged submits lost in the failover: {missing}"
+        rows = _rows(new, "SELECT id, state FROM fleetq.jobs")
+        states = {int(str(job)): str(state) for job, state in rows}
+        outcomes = _ints(
+            new,
+            "SELECT job_id, count(*) FROM fleetq.events "
+            "WHERE kind IN ('succeeded', 'failed') GROUP BY job_id",
+        )
+        wrong = {
+            job: (state, outcomes.get(job, 0))
+            for job, state in states.items()
+            if state not in ("succeeded", "failed") or outcomes.get(job, 0) != 1
+        }
+        assert not wrong, f"jobs without exactly one outcome (state, outcomes): {wrong}"
+        now = _ints(new, "SELECT id, lease_version FROM fleetq.jobs")
+        backwards = {job: (t, now[job]) for job, t in tokens.items() if now[job] < t}
+        assert not backwards, f"tokens that went backwards (old, new): {backwards}"
+        assert held, "no lease was held at the failover: the test proved nothing"
+        adopted = [job for job, token in held.items() if now[job] == token]
+        rerun = [job for job, token in held.items() if now[job] > token]
+        for proc in runners:
+            assert proc.poll() is None, "a runner exited during the failover"
+        (first_claim,) = _rows(
+            new,
+            "SELECT extract(epoch FROM min(at)) FROM fleetq.events "
+            "WHERE kind = 'claimed' AND at > to_timestamp($1)",
+            killed_at,
+        )[0]
+        recovered_s = float(str(first_claim)) - killed_at
+        print(
+            f"\nfailover: promoted {promoted_s:.2f}s after the kill; first claim on the new "
+            f"primary {recovered_s:.2f}s after it; {len(acked)} submits acknowledged, "
+            f"{len(submits.errors)} failed and sent again; leases held at the kill: "
+            f"{len(held)} ({len(adopted)} carried on under their token, {len(rerun)} ran "
+            f"again after their lease expired)"
+        )
+
+
+def test_an_asynchronous_standby_loses_what_it_had_not_received(repo: Repo, tmp_path: Path) -> None:
+    """The primary's WAL sender is stopped (SIGSTOP) while submits are acknowledged by
+    the primary alone; the primary dies; those submits are not on the promoted standby.
+    What the docs say asynchronous replication can lose, shown. (Stopping the standby's
+    receiver instead would not do: the WAL sent meanwhile waits in its socket.)"""
+    with replicated_pair(sync=False) as pair:
+        migrate.migrate(pair.primary.dsn())
+        path = tmp_path / "fleet.toml"
+        path.write_text(FLEET.format(repo=repo.path, lease=LEASE_S, sleep=1))
+        with connect(pair.primary.dsn()) as conn:
+            fleet_config.apply(conn, fleet_config.load(path), source=path)
+
+        replicated = _submit(pair.fleet_dsn, repo.head, "replicated")
+        standby = pair.standby.dsn()
+        wait_until(
+            lambda: _rows(standby, "SELECT 1 FROM fleetq.jobs WHERE id = $1", replicated),
+            what="the first submit to reach the standby",
+        )
+        os.kill(pair.walsender_pid(), signal.SIGSTOP)  # SIGKILL ends it stopped or not
+        unreplicated = [_submit(pair.fleet_dsn, repo.head, f"unreplicated-{n}") for n in range(3)]
+        pair.primary.kill()
+        pair.standby.promote()
+        found = {int(str(job)) for (job,) in _rows(standby, "SELECT id FROM fleetq.jobs")}
+        assert replicated in found
+        lost = [job for job in unreplicated if job not in found]
+        assert lost == unreplicated, (
+            f"acknowledged submits that the standby never received are on it: {found}"
+        )
+        print(f"\nasynchronous failover lost {len(lost)} acknowledged submits, as documented")
+
+
+def test_a_switchover_moves_the_runners_off_the_fenced_primary(repo: Repo, tmp_path: Path) -> None:
+    """A planned switchover: the operator fences the primary (`default_transaction_read_only`,
+    reloaded: it stays up, refusing writes), the standby catches up and is promoted. The
+    runners' pooled connections and LISTEN session are still on the old server, which
+    answers every write with "read-only transaction": each is dropped at its next use
+    and remade on the new primary (`refuse_read_only`), so jobs submitted after the
+    switchover run. Kept, the runners would fail every claim until the old server stopped."""
+    with replicated_pair(sync=False) as pair, fleet(pair, repo, tmp_path) as runners:
+        first = _submit(pair.fleet_dsn, repo.head, "before")
+        wait_until(lambda: _state(pair.primary.dsn(), first) == "succeeded", what="a job before")
+        old, new = pair.primary.dsn("postgres"), pair.standby.dsn()
+        _rows(old, "ALTER SYSTEM SET default_transaction_read_only = on")
+        _rows(old, "SELECT pg_reload_conf()")
+        ((fenced_at,),) = _rows(old, "SELECT pg_current_wal_lsn()::text")
+        wait_until(
+            lambda: _rows(new, "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", fenced_at)[0][
+                0
+            ],
+            what="the standby to replay everything the old primary wrote",
+        )
+        pair.standby.promote()
+        after = [_submit(pair.fleet_dsn, repo.head, f"after-{n}") for n in range(3)]
+        wait_until(
+            lambda: all(_state(new, job) == "succeeded" for job in after),
+            what="jobs submitted after the switchover to run on the new primary",
+        )
+        for proc in runners:
+            assert proc.poll() is None, "a runner exited during the switchover"
+        logs = "".join(p.read_text() for p in tmp_path.glob("n-r*.log"))
+        assert "read-only" in logs, "no runner said it had reached a read-only server"
+
+
+def _submit(dsn: str, commit: str, key: str) -> int:
+    with psycopg.connect(writable(dsn), autocommit=True, connect_timeout=5) as conn:
+        return producer.submit_in_transaction(
+            conn,
+            project="repo",
+            operation="ping",
+            commit=commit,
+            submitted_by="failover-test",
+            idempotency_key=key,
+        ).job_id
+
+
+def _state(dsn: str, job: int) -> str:
+    return str(_rows(dsn, "SELECT state FROM fleetq.jobs WHERE id = $1", job)[0][0])
