@@ -93,6 +93,13 @@ class LeaseKeeping(RunnerBase):
         rule = FenceRule(self.lease_seconds)
         now = time.monotonic()
         for ex in list(self.executions.values()):
+            if ex.ended_monotonic is not None:
+                # Its process is over and its outcome waits to be written: nothing to
+                # stop. The write is fenced by the database (owner and token): it lands
+                # if the lease is still ours then, and is refused if the job moved on.
+                # Fencing it would record a finished run as stopped, and could hand the
+                # job back before its outcome, so that a run that succeeded ran again.
+                continue
             if ex.stop_reason is None and rule.due(ex.renewed_at, now):
                 pending = self._renewal_sent
                 log.warning(

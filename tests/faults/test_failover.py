@@ -12,25 +12,32 @@ gone, acknowledged or not: the second test shows it.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
 from fleetq.core import config as fleet_config
-from fleetq.core import migrate, producer
+from fleetq.core import migrate, producer, roles, tokens
 from fleetq.core.db import connect, writable
 from fleetq.core.errors import ConnectionFailed
+from tests.console.conftest import SIZE, console, show, until
+from tests.console.test_live import _listed
 from tests.e2e.conftest import FLEET, Repo, wait_until
 from tests.e2e.test_faults import _runner
 from tests.faults.replication import Pair, replicated_pair
+from tests.integration.test_api import serving
 
 pytestmark = pytest.mark.slow
 
@@ -88,12 +95,14 @@ class Producer(threading.Thread):
 
 
 @contextmanager
-def fleet(pair: Pair, repo: Repo, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+def fleet(
+    pair: Pair, repo: Repo, tmp_path: Path, sleep: int = 1
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """The schema and the fleet file on the primary, and three runners on the two-host
     DSN, each serving before the block starts; stopped afterwards."""
     migrate.migrate(pair.primary.dsn())
     path = tmp_path / "fleet.toml"
-    path.write_text(FLEET.format(repo=repo.path, lease=LEASE_S, sleep=1))
+    path.write_text(FLEET.format(repo=repo.path, lease=LEASE_S, sleep=sleep))
     with connect(pair.primary.dsn()) as conn:
         fleet_config.apply(conn, fleet_config.load(path), source=path)
     runners = [
@@ -141,10 +150,16 @@ def _live_sleep_jobs(dsn: str) -> int:
     return int(str(row[0]))
 
 
+@pytest.mark.parametrize("outage", ["brief", "longer than the lease"])
 def test_a_synchronous_standby_takes_over_and_nothing_acknowledged_is_lost(
-    repo: Repo, tmp_path: Path
+    outage: str, repo: Repo, tmp_path: Path
 ) -> None:
-    with replicated_pair(sync=True) as pair, fleet(pair, repo, tmp_path) as runners:
+    """`brief`: the standby is promoted at once, and the runners carry on under their
+    tokens. `longer than the lease`: it is promoted only once every runner that held a
+    lease has fenced itself (stopped its runs: no primary renewed them), so those jobs
+    run again under new tokens."""
+    sleep = 1 if outage == "brief" else 6  # long enough to be running at the fence
+    with replicated_pair(sync=True) as pair, fleet(pair, repo, tmp_path, sleep) as runners:
         submits = Producer(pair.fleet_dsn, repo.head)
         submits.start()
         try:
@@ -155,13 +170,20 @@ def test_a_synchronous_standby_takes_over_and_nothing_acknowledged_is_lost(
             # What the old primary had handed out: each job's newest token, and the leases
             # held at this moment (a commit returned only once the standby had it).
             old = pair.primary.dsn()
-            tokens = _ints(old, "SELECT id, lease_version FROM fleetq.jobs")
-            held = _ints(
-                old,
-                "SELECT id, lease_version FROM fleetq.jobs WHERE state IN ('claimed', 'running')",
-            )
+            handed_out = _ints(old, "SELECT id, lease_version FROM fleetq.jobs")
+            live = "state IN ('claimed', 'running')"
+            held = _ints(old, f"SELECT id, lease_version FROM fleetq.jobs WHERE {live}")
+            owners = _rows(old, f"SELECT DISTINCT lease_owner FROM fleetq.jobs WHERE {live}")
+            holders = {str(owner).replace("/", "-") for (owner,) in owners}
             killed_at = time.time()
             pair.primary.kill()
+            if outage != "brief":
+                for holder in holders:
+                    log = tmp_path / f"{holder}.log"
+                    wait_until(
+                        lambda log=log: "self-fencing" in log.read_text(),
+                        what=f"{holder} to fence itself",
+                    )
             pair.standby.promote()
             promoted_s = time.time() - killed_at
             new = pair.standby.dsn()
@@ -206,18 +228,34 @@ def test_a_synchronous_standby_takes_over_and_nothing_acknowledged_is_lost(
         }
         assert not wrong, f"jobs without exactly one outcome (state, outcomes): {wrong}"
         now = _ints(new, "SELECT id, lease_version FROM fleetq.jobs")
-        backwards = {job: (t, now[job]) for job, t in tokens.items() if now[job] < t}
+        backwards = {job: (t, now[job]) for job, t in handed_out.items() if now[job] < t}
         assert not backwards, f"tokens that went backwards (old, new): {backwards}"
         assert held, "no lease was held at the failover: the test proved nothing"
         adopted = [job for job, token in held.items() if now[job] == token]
         rerun = [job for job, token in held.items() if now[job] > token]
+        runs = _rows(
+            new,
+            "SELECT job_id, lease_version, stop_reason, exit_code FROM fleetq.executions "
+            "WHERE job_id = ANY($1)",
+            list(held),
+        )
+        fenced = {int(str(job)): int(str(t)) for job, t, why, _ in runs if why == "self_fenced"}
+        # a run whose process had ended and whose outcome waited for the database has
+        # nothing to stop: fenced, it was recorded as stopped (and could have run again)
+        ended_then_fenced = [j for j, _, why, code in runs if why == "self_fenced" and code == 0]
+        assert not ended_then_fenced, "runs that had ended were fenced"
+        assert all(now[job] > token for job, token in fenced.items()), "a fenced run went on"
+        if outage != "brief":
+            assert fenced, "no run was fenced: the outage did not outlast the lease"
         for proc in runners:
             assert proc.poll() is None, "a runner exited during the failover"
+        # The recovery delay: from the kill to the first claim the new primary committed.
+        # Its events are those stamped after the last transaction the standby replayed
+        # (an event's time is taken before its transaction commits).
         (first_claim,) = _rows(
             new,
             "SELECT extract(epoch FROM min(at)) FROM fleetq.events "
-            "WHERE kind = 'claimed' AND at > to_timestamp($1)",
-            killed_at,
+            "WHERE kind = 'claimed' AND at > pg_last_xact_replay_timestamp()",
         )[0]
         recovered_s = float(str(first_claim)) - killed_at
         print(
@@ -306,3 +344,47 @@ def _submit(dsn: str, commit: str, key: str) -> int:
 
 def _state(dsn: str, job: int) -> str:
     return str(_rows(dsn, "SELECT state FROM fleetq.jobs WHERE id = $1", job)[0][0])
+
+
+async def test_the_console_cli_and_api_follow_the_failover(repo: Repo, tmp_path: Path) -> None:
+    """The operator's tools on the two-host DSN: the console goes stale when the primary
+    dies and is live again on the promoted standby, showing a job submitted there; the
+    CLI (a connection per command) and the HTTP API (a pool) submit there."""
+    with replicated_pair(sync=True) as pair:
+        migrate.migrate(pair.primary.dsn())
+        path = tmp_path / "fleet.toml"
+        path.write_text(FLEET.format(repo=repo.path, lease=LEASE_S, sleep=1))
+        with connect(pair.primary.dsn(), autocommit=True) as admin:
+            fleet_config.apply(admin, fleet_config.load(path), source=path)
+            _, secret = tokens.add(admin, roles.Kind.SUBMITTER, "ci", name="ci", created_by="t")
+        dsn = writable(pair.fleet_dsn)  # what resolve_dsn hands the console
+        body = {"project": "repo", "operation": "ping", "commit": repo.head}
+        auth = {"Authorization": f"Bearer {secret}"}
+        app = console(dsn, live=True, clock=None, resync_s=600)
+        argv = [sys.executable, "-m", "fleetq", "--dsn", pair.fleet_dsn, "submit", "repo", "ping"]
+        argv += ["--commit", repo.head, "--key", "after-failover", "--json"]
+        with serving(pair.fleet_dsn) as base:
+            async with httpx.AsyncClient(base_url=base, timeout=10) as api:
+                assert (await api.post("/v1/jobs", json=body, headers=auth)).status_code == 201
+                async with app.run_test(size=SIZE) as pilot:
+                    await show(pilot, "3")
+                    await until(pilot, lambda: app.follower.connected.is_set())
+                    pair.primary.kill()
+                    await until(pilot, lambda: app.outages == 1, deadline=30)
+                    await asyncio.to_thread(pair.standby.promote)
+                    cli = await asyncio.to_thread(
+                        subprocess.run, argv, capture_output=True, text=True, timeout=60
+                    )
+                    assert cli.returncode == 0, cli.stderr
+                    job = int(json.loads(cli.stdout)["job_id"])
+                    await until(
+                        pilot,
+                        lambda: app.stale_since is None and app.follower.connected.is_set(),
+                        deadline=30,
+                    )
+                    await until(pilot, lambda: _listed(app, job), deadline=30)
+                    # the API's pool: its connections to the dead primary are replaced
+                    deadline = time.monotonic() + 30
+                    while (await api.post("/v1/jobs", json=body, headers=auth)).status_code != 201:
+                        assert time.monotonic() < deadline, "the API did not submit after failover"
+                        await pilot.pause(0.1)

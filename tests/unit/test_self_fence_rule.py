@@ -1,0 +1,52 @@
+"""Which runs the self-fence stops: those whose process still runs, never one that has
+ended and only waits for its outcome to be written (seen in the failover test: the
+finished run was recorded as fenced, and could have been handed back and run again)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+from fleetq.core.models import Claim
+from fleetq.runner.config import RunnerConfig
+from fleetq.runner.execution import Execution
+from fleetq.runner.service import RunnerService
+
+
+def _execution(job: int, *, renewed_s_ago: float) -> Execution:
+    claim = Claim.model_validate(
+        {
+            "job_id": job,
+            "lease_version": 1,
+            "lease_expires_at": datetime.now(UTC),
+            "project": "p",
+            "operation": "o",
+            "commit_sha": "0" * 40,
+            "requested_node": None,
+            "payload": {},
+            "task_id": None,
+            "timeout_s": 60,
+            "memory_mb": 0,
+            "cpu_millis": 0,
+            "priority_class": 0,
+            "reassign_count": 0,
+            "lost_count": 0,
+        }
+    )
+    return Execution(claim=claim, lane="checks", renewed_at=time.monotonic() - renewed_s_ago)
+
+
+async def test_a_run_that_ended_is_not_fenced_while_its_outcome_waits() -> None:
+    service = RunnerService(RunnerConfig(node="n", lanes={"checks": 2}))
+    service.lease_seconds = 10
+    # the log line of a fence names the pool's use: counters only, no database here
+    service.kit = SimpleNamespace(  # type: ignore[assignment]
+        pool=SimpleNamespace(get_size=lambda: 1, get_idle_size=lambda: 1, get_max_size=lambda: 6)
+    )
+    running, ended = _execution(1, renewed_s_ago=60), _execution(2, renewed_s_ago=60)
+    ended.ended_monotonic = time.monotonic() - 30  # exited; its outcome write is retried
+    service.executions = {running.claim.job_id: running, ended.claim.job_id: ended}
+    await service._self_fence_once()
+    assert running.stop_reason == "self_fenced" and running.stop.is_set()
+    assert ended.stop_reason is None and not ended.stop.is_set()
