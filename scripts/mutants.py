@@ -51,6 +51,7 @@ TESTS = (
     "tests/integration/test_retries.py",
     "tests/integration/test_submit.py",
     "tests/integration/test_recovery_never_waits.py",
+    "tests/integration/test_prune.py",
     "tests/integration/test_eligibility.py",
     "tests/integration/test_concurrency.py",
     "tests/integration/test_roles.py",
