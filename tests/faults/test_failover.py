@@ -179,11 +179,11 @@ def test_a_synchronous_standby_takes_over_and_nothing_acknowledged_is_lost(
             pair.primary.kill()
             if outage != "brief":
                 for holder in holders:
-                    log = tmp_path / f"{holder}.log"
-                    wait_until(
-                        lambda log=log: "self-fencing" in log.read_text(),
-                        what=f"{holder} to fence itself",
-                    )
+
+                    def fenced_itself(log: Path = tmp_path / f"{holder}.log") -> bool:
+                        return "self-fencing" in log.read_text()
+
+                    wait_until(fenced_itself, what=f"{holder} to fence itself")
             pair.standby.promote()
             promoted_s = time.time() - killed_at
             new = pair.standby.dsn()
