@@ -22,7 +22,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Apply pending migrations in order, each in its own transaction, under an "
         "advisory lock (safe to run from several machines at once). A second run is a no-op.",
     )
-    m.add_argument("--status", action="store_true", help="list applied and pending migrations")
+    m.add_argument(
+        "--status",
+        action="store_true",
+        help="list applied and pending migrations, each expand or contract (a contract one "
+        "stops older fleetq from starting)",
+    )
     m.add_argument("--json", action="store_true", help="machine-readable output (with --status)")
     m.set_defaults(func=_migrate)
     a = commands.add_parser(
@@ -82,8 +87,11 @@ def _migrate(args: argparse.Namespace) -> int:
         else:
             print(
                 table(
-                    ["version", "name", "state", "applied at"],
-                    [[f"{r.version:04d}", r.name, r.state, r.applied_at] for r in rows],
+                    ["version", "name", "kind", "state", "applied at"],
+                    [
+                        [f"{r.version:04d}", r.name, _kind(r.contract), r.state, r.applied_at]
+                        for r in rows
+                    ],
                 )
             )
         return 0 if all(r.state == migrate.MigrationState.APPLIED for r in rows) else 1
@@ -96,6 +104,11 @@ def _migrate(args: argparse.Namespace) -> int:
         print(f"re-applied {name}")
     print(f"schema up to date ({len(migrate.discover())} migrations)")
     return 0
+
+
+def _kind(contract: bool) -> str:
+    """A contract migration stops older fleetq from starting; an expand one does not."""
+    return "contract" if contract else "expand"
 
 
 def _apply(args: argparse.Namespace) -> int:

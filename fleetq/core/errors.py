@@ -45,10 +45,18 @@ class MigrationChecksumMismatch(MigrationError):
 
 
 class SchemaOutOfDate(FleetqError):
-    """The database schema does not match this version of fleetq."""
+    """The database schema is one this version of fleetq cannot run on: behind its code,
+    or ahead of it through a contract migration (`contract`, the first such one)."""
 
-    def __init__(self, expected: int, found: int) -> None:
-        self.expected, self.found = expected, found
+    def __init__(self, expected: int, found: int, *, contract: str | None = None) -> None:
+        self.expected, self.found, self.contract = expected, found, contract
+        if contract is not None:
+            super().__init__(
+                f"database schema is at migration {found:04d}, past {contract}, a contract "
+                f"migration that this fleetq (which knows up to {expected:04d}) cannot run "
+                "on: upgrade fleetq on this machine"
+            )
+            return
         if found < expected:
             hint = "run `fleetq migrate` (with the same --dsn) to bring it up to date"
         else:

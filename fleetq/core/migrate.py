@@ -7,8 +7,21 @@ Why each rule:
   migration exactly once: the second waits, then finds nothing pending.
 - Each applied file's sha256 is recorded; a changed file is refused, because the schema
   it describes is no longer the schema the database has.
-- Processes that use the queue (runner, console) call `check_schema` and refuse to start
-  on a schema that is behind or ahead of their code.
+- Upgrades are expand first, contract later, so a fleet is upgraded node by node while
+  older runners keep working. A numbered migration is *expand* (additive: new tables,
+  nullable or defaulted columns, new functions, indexes; code one release
+  older keeps working on it) unless its leading comment lines hold `-- fleetq: contract`
+  (it drops or renames what older code uses, changes a signature or meaning older code
+  calls, tightens a constraint older code may break). `-- fleetq: expand` may be written
+  too; any other value, a second marker or one below the first statement is refused.
+- Processes that use the queue (runner, console, API, CLI) call `check_schema`: code that
+  knows migrations 1..N runs on a database at M >= N when none of N+1..M is a contract
+  migration, and refuses one behind (M < N: run `fleetq migrate`) or past a contract
+  migration (named: upgrade this fleetq). Older code cannot read newer files, so the
+  database records the kind of each migration it applied (`schema_migrations.contract`,
+  migration 0023; false for every migration before it, all of them expand).
+- `fleetq migrate` itself still refuses a database ahead of its code: only the newest
+  fleetq migrates, since an older one would put its older protocol files back.
 - The protocol's functions live apart, one file per concern (`migrations/protocol/`:
   claim, leases, cancel, fleet, ...), as `CREATE OR REPLACE` statements re-applied
   whenever a file's checksum changes (Flyway's repeatable migrations), after the numbered
@@ -17,6 +30,13 @@ Why each rule:
   migrations; a function is dropped or its signature changed in one too, with `DROP
   FUNCTION IF EXISTS` (a fresh database runs every numbered migration before any
   protocol file, so a function a protocol file made may not exist yet).
+- The newest `fleetq migrate` re-applies the protocol files while older runners still
+  call them, so a protocol change must be an expand change: it keeps every signature, and
+  the meaning of every call, that older runners rely on (a new behaviour is a function
+  of a new name; an added argument, defaulted or not, is a new overload beside the old
+  one, and calls to the old one become ambiguous). Dropping a function or changing its
+  signature or meaning is a contract change: it goes in a contract migration, in a
+  release after the one whose code stopped calling the old form.
 """
 
 from __future__ import annotations
@@ -26,7 +46,7 @@ import hashlib
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -44,6 +64,10 @@ from fleetq.core.resources import shipped_dir
 MIGRATION_LOCK_KEY = 0x666C_6565_7471  # "fleetq"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _PROTOCOL_NAME = re.compile(r"^[a-z0-9_]+\.sql$")
+# `-- fleetq: contract` (or `expand`), matched loosely so a misspelt one is refused, never
+# read as no marker at all
+_MARKER = re.compile(r"^--\s*fleetq\s*:(.*)$", re.IGNORECASE)
+_KINDS = ("expand", "contract")
 PROTOCOL = "protocol"  # the subdirectory of the migrations holding the protocol files
 
 
@@ -56,6 +80,7 @@ class Migration(BaseModel):
     name: str
     path: Path
     checksum: str
+    contract: bool = False  # `-- fleetq: contract` in its header
 
     def sql(self) -> bytes:
         """The file's bytes, exactly those that were checksummed."""
@@ -78,6 +103,21 @@ class MigrationStatus(BaseModel):
     name: str
     state: MigrationState
     applied_at: datetime | None = None
+    contract: bool = False
+
+
+class AppliedMigration(BaseModel):
+    """One row of fleetq.schema_migrations: what a database says it has, including what
+    code older than the database cannot read from files it lacks: whether a migration is
+    a contract one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    name: str
+    checksum: str
+    applied_at: datetime
+    contract: bool = False
 
 
 def discover(directory: Path | None = None) -> list[Migration]:
@@ -89,8 +129,16 @@ def discover(directory: Path | None = None) -> list[Migration]:
         match = _NAME.match(path.name)
         if match is None:
             raise MigrationError(f"{path.name}: migration files are named NNNN_description.sql")
-        checksum = hashlib.sha256(path.read_bytes()).hexdigest()
-        found.append(Migration(version=int(match[1]), name=path.name, path=path, checksum=checksum))
+        text = path.read_bytes()
+        found.append(
+            Migration(
+                version=int(match[1]),
+                name=path.name,
+                path=path,
+                checksum=hashlib.sha256(text).hexdigest(),
+                contract=is_contract(path.name, text.decode("utf-8", errors="replace")),
+            )
+        )
     for expected, migration in enumerate(found, start=1):
         if migration.version != expected:
             raise MigrationError(
@@ -98,6 +146,31 @@ def discover(directory: Path | None = None) -> list[Migration]:
                 "or a duplicate)"
             )
     return found
+
+
+def is_contract(name: str, text: str) -> bool:
+    """Whether a migration's leading comment lines hold `-- fleetq: contract`. A marker
+    that is misspelt, repeated or below the first statement is an error, never a silent
+    expand: a contract taken for an expand lets older code start on a schema it cannot
+    use."""
+    kinds: list[str] = []
+    in_header = True
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        match = _MARKER.match(stripped)
+        if match is None:
+            in_header = in_header and (not stripped or stripped.startswith("--"))
+            continue
+        kind = match[1].strip().lower()
+        where = f"{name} line {number}: `{stripped}`"
+        if kind not in _KINDS:
+            raise MigrationError(f"{where}: the kind is `expand` or `contract`")
+        if not in_header:
+            raise MigrationError(f"{where}: the marker belongs in the leading comment lines")
+        if kinds:
+            raise MigrationError(f"{where}: a migration has one marker at most")
+        kinds.append(kind)
+    return kinds == ["contract"]
 
 
 class ProtocolFile(BaseModel):
@@ -176,38 +249,57 @@ def status(dsn: str, directory: Path | None = None) -> list[MigrationStatus]:
         record = applied.get(m.version)
         if record is None:
             rows.append(
-                MigrationStatus(version=m.version, name=m.name, state=MigrationState.PENDING)
+                MigrationStatus(
+                    version=m.version,
+                    name=m.name,
+                    state=MigrationState.PENDING,
+                    contract=m.contract,
+                )
             )
             continue
-        state = MigrationState.APPLIED if record[1] == m.checksum else MigrationState.CHANGED
-        rows.append(
-            MigrationStatus(version=m.version, name=m.name, state=state, applied_at=record[2])
-        )
+        state = MigrationState.APPLIED if record.checksum == m.checksum else MigrationState.CHANGED
+        rows.append(_status_row(record, state))
     known = {m.version for m in migrations}
     rows += [
-        MigrationStatus(version=v, name=name, state=MigrationState.UNKNOWN, applied_at=at)
-        for v, (name, _, at) in sorted(applied.items())
-        if v not in known
+        _status_row(r, MigrationState.UNKNOWN) for r in applied.values() if r.version not in known
     ]
     return rows
 
 
-def check_schema(applied_versions: list[int], directory: Path | None = None) -> None:
-    """Raise `SchemaOutOfDate` unless the database has exactly this code's migrations.
+def _status_row(record: AppliedMigration, state: MigrationState) -> MigrationStatus:
+    return MigrationStatus(
+        version=record.version,
+        name=record.name,
+        state=state,
+        applied_at=record.applied_at,
+        contract=record.contract,
+    )
 
-    Takes the applied versions (not a connection) so asyncpg and psycopg callers share it.
+
+def check_schema(applied: Sequence[AppliedMigration], known: int) -> None:
+    """Raise `SchemaOutOfDate` unless code that knows migrations 1..`known` may run on a
+    database that has `applied`: all of its own, and past them only expand migrations.
+
+    A database behind is refused (its code needs what is missing); one ahead through
+    expand migrations is accepted, so an older runner that restarts during a rollout
+    keeps working; one past a contract migration is refused, naming the first such
+    migration, because something this code uses may be gone. Plain data, not a
+    connection, so asyncpg and psycopg callers share it.
     """
-    expected = len(discover(directory))
-    found = max(applied_versions, default=0)
-    if found != expected or len(set(applied_versions)) != found:
-        raise SchemaOutOfDate(expected=expected, found=found)
+    versions = {a.version for a in applied}
+    found = max(versions, default=0)
+    if found < known or len(versions) != found:  # behind, or a gap in the history
+        raise SchemaOutOfDate(expected=known, found=found)
+    newer = sorted((a for a in applied if a.version > known), key=lambda a: a.version)
+    if contract := next((a for a in newer if a.contract), None):
+        raise SchemaOutOfDate(expected=known, found=found, contract=contract.name)
 
 
-def applied_versions_sync(conn: SyncConnection) -> list[int]:
-    """The applied versions, read with psycopg (empty on a database never migrated)."""
+def applied_sync(conn: SyncConnection) -> list[AppliedMigration]:
+    """The applied migrations, read with psycopg (empty on a database never migrated)."""
     if not _has_table(conn):
         return []
-    return list(_applied(conn))
+    return list(_applied(conn).values())
 
 
 def _has_table(conn: SyncConnection) -> bool:
@@ -215,16 +307,19 @@ def _has_table(conn: SyncConnection) -> bool:
     return bool(row and row[0])
 
 
-def _applied(conn: SyncConnection) -> dict[int, tuple[str, str, datetime]]:
+def _applied(conn: SyncConnection) -> dict[int, AppliedMigration]:
     cursor = conn.execute(sql("migrate_applied"))
-    return {int(v): (str(n), str(c), a) for v, n, c, a in cursor}
+    return {
+        int(v): AppliedMigration(version=v, name=n, checksum=c, applied_at=a, contract=k)
+        for v, n, c, a, k in cursor
+    }
 
 
-def _verify(migrations: list[Migration], applied: dict[int, tuple[str, str, datetime]]) -> None:
+def _verify(migrations: list[Migration], applied: dict[int, AppliedMigration]) -> None:
     for m in migrations:
         record = applied.get(m.version)
-        if record is not None and record[1] != m.checksum:
-            raise MigrationChecksumMismatch(m.version, m.name, record[1], m.checksum)
+        if record is not None and record.checksum != m.checksum:
+            raise MigrationChecksumMismatch(m.version, m.name, record.checksum, m.checksum)
     newest_known = len(migrations)
     if applied and max(applied) > newest_known:
         raise SchemaOutOfDate(expected=newest_known, found=max(applied))
@@ -267,22 +362,27 @@ def _apply(conn: SyncConnection, migration: Migration) -> None:
             conn.execute(
                 sql("migrate_record"), [migration.version, migration.name, migration.checksum]
             )
+            if migration.contract:  # what older code reads to know it must not start
+                conn.execute(sql("migrate_record_contract"), [migration.version])
     except psycopg.Error as exc:
         raise MigrationError(f"{migration.name} failed and was rolled back: {exc}") from exc
 
 
-def require_current(conn: SyncConnection) -> None:
-    """Refuse to work on a database whose schema is not this code's (names the fix)."""
-    check_schema(applied_versions_sync(conn))
+def require_current(conn: SyncConnection, directory: Path | None = None) -> None:
+    """Refuse to work on a database this code cannot run on (`check_schema`; the error
+    names the fix). `directory` stands for another release's migrations (tests)."""
+    check_schema(applied_sync(conn), len(discover(directory)))
 
 
-async def require_current_async(driver: Driver) -> None:
-    """`require_current` for the async drivers (runner, console, queue commands)."""
+async def require_current_async(driver: Driver, directory: Path | None = None) -> None:
+    """`require_current` for the async drivers (runner, console, API, queue commands)."""
+    known = len(discover(directory))
     rows = await driver.fetch(sql("migrate_has_table"))
     if not rows or not next(iter(rows[0].values())):
-        check_schema([])
+        check_schema([], known)
         return
-    check_schema([int(row["version"]) for row in await driver.fetch(sql("migrate_applied"))])
+    rows = await driver.fetch(sql("migrate_applied"))
+    check_schema([AppliedMigration.model_validate(row) for row in rows], known)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,10 @@
-"""Migrations: ordered, once, under a lock, checksummed, refused when changed."""
+"""Migrations: ordered, once, under a lock, checksummed, refused when changed; and
+which databases a release runs on (its own, and ahead of it through expand migrations
+only), read the way its processes read them."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -10,7 +13,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from fleetq.cli.main import main as fleetq
 from fleetq.core import migrate
+from fleetq.core.driver import open_driver
 from fleetq.core.errors import MigrationChecksumMismatch, MigrationError, SchemaOutOfDate
 from fleetq.core.migrate import MigrationState
 from fleetq.core.resources import shipped_dir
@@ -94,15 +99,6 @@ def test_concurrent_migrate_from_two_processes_applies_each_once(empty_dsn: str)
     assert len(_recorded(empty_dsn)) == len(migrate.discover())
 
 
-def test_check_schema_names_the_fix() -> None:
-    current = len(migrate.discover())
-    migrate.check_schema(list(range(1, current + 1)))
-    with pytest.raises(SchemaOutOfDate, match="run `fleetq migrate`"):
-        migrate.check_schema([])
-    with pytest.raises(SchemaOutOfDate, match="upgrade fleetq"):
-        migrate.check_schema(list(range(1, current + 2)))
-
-
 def test_database_newer_than_code_is_refused(empty_dsn: str, migrations_copy: Path) -> None:
     migrate.migrate(empty_dsn)
     newest = max(migrations_copy.glob("*.sql"))
@@ -168,3 +164,125 @@ def test_a_failing_protocol_file_leaves_every_function_as_it_was(
     said: list[str] = []
     migrate.migrate(empty_dsn, migrations_copy, on_protocol=said.append)
     assert said == ["protocol/cancel.sql"]  # its change was not recorded as applied
+
+
+# Two later releases, as a rollout sees them: the next one adds a column that no older
+# code names (expand), the one after drops it (contract: code that knew it may use it).
+_ADD_NOTE = """-- a later release's column: older code never names it
+
+ALTER TABLE fleetq.lanes ADD COLUMN note text;
+"""
+_DROP_NOTE = """-- the release after drops it: code that knew the column may use it
+-- fleetq: contract
+
+ALTER TABLE fleetq.lanes DROP COLUMN note;
+"""
+
+
+def _release(base: Path, target: Path, name: str, text: str) -> Path:
+    """A later release's migrations: those of `base` and one more, numbered on."""
+    shutil.copytree(base, target)
+    (target / f"{len(migrate.discover(base)) + 1:04d}_{name}.sql").write_text(text)
+    return target
+
+
+@pytest.fixture
+def later(tmp_path: Path) -> tuple[Path, Path]:
+    """The migrations of the next release (one expand ahead of this code) and of the one
+    after it (then a contract)."""
+    following = _release(shipped_dir("migrations"), tmp_path / "next", "add_lane_note", _ADD_NOTE)
+    return following, _release(following, tmp_path / "after", "drop_lane_note", _DROP_NOTE)
+
+
+def test_old_code_runs_on_a_database_an_expand_migration_ahead(
+    empty_dsn: str, later: tuple[Path, Path]
+) -> None:
+    migrate.migrate(empty_dsn, later[0])
+    with psycopg.connect(empty_dsn) as conn:
+        migrate.require_current(conn)  # this code: the database is one migration ahead
+    # but only the newest fleetq migrates: an older one would put back its protocol files
+    with pytest.raises(SchemaOutOfDate, match="upgrade fleetq"):
+        migrate.migrate(empty_dsn)
+
+
+def test_old_code_refuses_a_database_past_a_contract_migration_naming_it(
+    empty_dsn: str, later: tuple[Path, Path]
+) -> None:
+    following, after = later
+    migrate.migrate(empty_dsn, after)
+    contract = re.escape(migrate.discover(after)[-1].name)
+    with psycopg.connect(empty_dsn) as conn:
+        for release in (None, following):  # this code; the next release, which added it
+            with pytest.raises(SchemaOutOfDate, match=f"past {contract}, a contract migration"):
+                migrate.require_current(conn, release)
+        migrate.require_current(conn, after)  # the release that has it
+
+
+def test_code_refuses_a_database_behind_it(empty_dsn: str, later: tuple[Path, Path]) -> None:
+    migrate.migrate(empty_dsn)
+    current = len(migrate.discover())
+    behind = f"at migration {current:04d}, this fleetq needs {current + 1:04d}: run `fleetq"
+    with psycopg.connect(empty_dsn) as conn, pytest.raises(SchemaOutOfDate, match=behind):
+        migrate.require_current(conn, later[0])
+
+
+async def test_the_async_start_up_check_runs_on_an_expand_migration_ahead(
+    empty_dsn: str, later: tuple[Path, Path]
+) -> None:
+    """What runners, the console and the API call before anything else, on asyncpg."""
+    migrate.migrate(empty_dsn, later[0])
+    async with open_driver(empty_dsn, kind="asyncpg") as driver:
+        await migrate.require_current_async(driver)
+        migrate.migrate(empty_dsn, later[1])
+        contract = re.escape(migrate.discover(later[1])[-1].name)
+        with pytest.raises(SchemaOutOfDate, match=f"past {contract}"):
+            await migrate.require_current_async(driver)
+        newer = _release(later[1], later[1].parent / "newer", "more", "SELECT 1;")
+        with pytest.raises(SchemaOutOfDate, match="run `fleetq migrate`"):
+            await migrate.require_current_async(driver, newer)  # a database behind
+
+
+def test_migrate_records_which_migrations_are_contract_ones(
+    empty_dsn: str, later: tuple[Path, Path]
+) -> None:
+    migrate.migrate(empty_dsn, later[1])
+    with psycopg.connect(empty_dsn) as conn:
+        rows = conn.execute("SELECT version FROM fleetq.schema_migrations WHERE contract")
+        assert [int(v) for (v,) in rows] == [len(migrate.discover(later[1]))]
+    kinds = [(r.state, r.contract) for r in migrate.status(empty_dsn)]  # as this code sees it
+    unknown = MigrationState.UNKNOWN
+    assert kinds[-3:] == [(MigrationState.APPLIED, False), (unknown, False), (unknown, True)]
+
+
+def test_status_shows_which_migrations_are_contract_ones(
+    empty_dsn: str, later: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    migrate.migrate(empty_dsn, later[1])
+    assert fleetq(["--dsn", empty_dsn, "migrate", "--status"]) == 1  # two it does not know
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[:3] == ["version", "name", "kind"]
+    assert [r.split()[2:4] for r in rows[-2:]] == [["expand", "unknown"], ["contract", "unknown"]]
+
+
+async def test_a_database_from_before_the_contract_column_is_still_read(
+    empty_dsn: str, migrations_copy: Path
+) -> None:
+    """The flag is read without naming its column: code that has the column's migration
+    must still read a database without it, and say it is behind."""
+    shipped = migrate.discover(migrations_copy)
+    column = next(m for m in shipped if m.name.endswith("_contract_migrations.sql"))
+    for m in shipped[column.version - 1 :]:
+        m.path.unlink()
+    migrate.migrate(empty_dsn, migrations_copy)
+    with psycopg.connect(empty_dsn) as conn:
+        migrate.require_current(conn, migrations_copy)
+        with pytest.raises(SchemaOutOfDate, match="run `fleetq migrate`"):
+            migrate.require_current(conn)
+    async with open_driver(empty_dsn, kind="asyncpg") as driver:
+        await migrate.require_current_async(driver, migrations_copy)
+        with pytest.raises(SchemaOutOfDate, match="run `fleetq migrate`"):
+            await migrate.require_current_async(driver)
+    assert migrate.status(empty_dsn)[column.version - 1].state == MigrationState.PENDING
+    migrate.migrate(empty_dsn)
+    with psycopg.connect(empty_dsn) as conn:
+        migrate.require_current(conn)

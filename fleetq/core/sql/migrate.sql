@@ -25,12 +25,25 @@ CREATE TABLE IF NOT EXISTS fleetq.schema_migrations (
 SELECT to_regclass('fleetq.schema_migrations') IS NOT NULL;
 
 -- name: migrate_applied
-SELECT version, name, checksum, applied_at FROM fleetq.schema_migrations ORDER BY version;
+-- What the database has; every fleetq process reads it before it starts (check_schema).
+-- The contract flag is read through the row's JSON, not by name: a database before
+-- migration 0023 has no such column, and this code must still say it is behind.
+SELECT version, name, checksum, applied_at,
+       coalesce((to_jsonb(m) ->> 'contract')::boolean, false) AS contract
+FROM fleetq.schema_migrations AS m
+ORDER BY version;
 
 -- name: migrate_record
 -- In the migration's own transaction, so the record and the change commit together.
 -- $1 version, $2 file name, $3 sha256
 INSERT INTO fleetq.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
+
+-- name: migrate_record_contract
+-- After migrate_record, in the same transaction, for a `-- fleetq: contract` migration:
+-- code older than it reads this flag to refuse to start, as it cannot read the file.
+-- (The column comes with migration 0023, so a contract migration is numbered after it.)
+-- $1 version
+UPDATE fleetq.schema_migrations SET contract = true WHERE version = $1;
 
 -- name: migrate_drop_schema
 -- `fleetq demo --reset`: every fleetq table, function and row in this database goes; the
