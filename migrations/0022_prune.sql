@@ -19,9 +19,17 @@
 --
 -- Older code neither deletes events nor reads the new indexes: it keeps working.
 
-DROP TRIGGER events_append_only ON fleetq.events;
+-- Applied under a running fleet: every claim and outcome writes events, so the lock on
+-- it is taken last and held only for the trigger swap (CREATE OR REPLACE TRIGGER takes
+-- SHARE ROW EXCLUSIVE, not the ACCESS EXCLUSIVE of DROP TRIGGER), and a lock that does
+-- not come within 5 s fails the migration (run it again) rather than queueing every
+-- runner's writes behind it.
+SET LOCAL lock_timeout = '5s';
 
-CREATE TRIGGER events_append_only BEFORE UPDATE ON fleetq.events
+CREATE INDEX task_notifications_job ON fleetq.task_notifications (job_id);
+CREATE INDEX schedule_ticks_job ON fleetq.schedule_ticks (job_id) WHERE job_id IS NOT NULL;
+
+CREATE OR REPLACE TRIGGER events_append_only BEFORE UPDATE ON fleetq.events
     FOR EACH ROW EXECUTE FUNCTION fleetq.refuse_event_rewrite();
 
 CREATE TRIGGER events_pruned_only BEFORE DELETE ON fleetq.events
@@ -30,6 +38,3 @@ CREATE TRIGGER events_pruned_only BEFORE DELETE ON fleetq.events
           >= coalesce(nullif(current_setting('fleetq.prune_before', true), '')::numeric,
                       '-Infinity'::numeric))
     EXECUTE FUNCTION fleetq.refuse_event_rewrite();
-
-CREATE INDEX task_notifications_job ON fleetq.task_notifications (job_id);
-CREATE INDEX schedule_ticks_job ON fleetq.schedule_ticks (job_id) WHERE job_id IS NOT NULL;

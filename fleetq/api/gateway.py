@@ -17,7 +17,13 @@ import asyncpg
 from fleetq.api.models import Caller
 from fleetq.core import migrate, queries
 from fleetq.core.db import as_uri
-from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg, refuse_read_only
+from fleetq.core.driver import (
+    AsyncpgDriver,
+    connect_each_host,
+    mapped_errors,
+    prepare_asyncpg,
+    server_guard,
+)
 from fleetq.core.errors import NotAuthenticated
 from fleetq.core.models import JobId
 
@@ -38,10 +44,11 @@ class Gateway:
         with mapped_errors():
             self._pool = await asyncpg.create_pool(
                 as_uri(self.dsn),
+                connect=connect_each_host,
                 min_size=0,
                 max_size=self.pool_size,
                 init=prepare_asyncpg,
-                setup=refuse_read_only,
+                setup=server_guard(self.dsn),
                 server_settings={"application_name": "fleetq-api"},
             )
         await migrate.require_current_async(AsyncpgDriver(self._pool))

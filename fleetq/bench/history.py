@@ -6,7 +6,9 @@ run a few times on a connection with `auto_explain` (ANALYZE, BUFFERS, nested st
 inside a transaction that is rolled back, so its plans and shared buffers are read
 without taking anything. Between the two probes, `--history` finished jobs are written
 as the protocol leaves them (job, execution, four events, verdict; see the
-`bench_scale_history` block) in batches, then VACUUM ANALYZE.
+`bench_scale_history` block) in batches, then VACUUM ANALYZE. Then `fleetq prune` takes
+that history away again (it ended an hour ago and earlier; the probes' jobs stay), timed,
+and a third probe shows the claim after the prune.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import json
 import statistics
 import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
 
 from fleetq.bench import figures, harness
 from fleetq.bench.simrunner import Serving, SimRunner, start_fleet
-from fleetq.core import producer, queries
+from fleetq.core import producer, prune, queries
 from fleetq.core.driver import AsyncpgDriver, Driver, prepare_asyncpg
 
 EXPLAINS = 5  # claims explained per probe (the median is reported)
@@ -76,6 +79,10 @@ async def measure(
         vacuum_s = time.monotonic() - start - insert_s
         fleet_ = await start_fleet(db, args.probe_runners, prefix="probe", **options)
         after = await _probe(db, observer, fleet_, args, spec)
+        # the history ended an hour ago and earlier; the probes' jobs are minutes old
+        pruned = await prune.prune(observer, before=timedelta(minutes=30))
+        fleet_ = await start_fleet(db, args.probe_runners, prefix="probe", **options)
+        after_prune = await _probe(db, observer, fleet_, args, spec)
     finally:
         await observer.close()
     return {
@@ -86,6 +93,14 @@ async def measure(
         "probe_jobs": args.probe_jobs,
         "before": before,
         "after": after,
+        "prune": {
+            "jobs": pruned.removed.jobs,
+            "rows": pruned.removed.rows,
+            "batches": pruned.batches,
+            "seconds": pruned.seconds,
+            "jobs_per_s": round(pruned.removed.jobs / pruned.seconds) if pruned.seconds else None,
+        },
+        "after_prune": after_prune,
     }
 
 

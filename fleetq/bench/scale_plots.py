@@ -58,15 +58,17 @@ def _scale(plt: Any, steps: list[dict[str, Any]], path: Path) -> Path:
 
 def _history(plt: Any, history: dict[str, Any], path: Path) -> Path:
     labels = ("p50", "p95", "p99")
-    phases = (("before", history["before"]), ("after", history["after"]))
+    phases = [("before", history["before"]), ("after", history["after"])]
+    if history.get("after_prune"):
+        phases.append(("after prune", history["after_prune"]))
     fig, axes = plt.subplots(figsize=(6.5, 4.2))
-    width = 0.38
+    width = 0.8 / len(phases)
     for i, (name, probe) in enumerate(phases):
-        xs = [x + (i - 0.5) * width for x in range(len(labels))]
+        xs = [x + (i - (len(phases) - 1) / 2) * width for x in range(len(labels))]
         values = [probe["claim_ms"][p] or 0 for p in labels]
         axes.bar(xs, values, width, label=f"{name}: {probe['finished_jobs']:,} finished jobs")
     axes.set_xticks(range(len(labels)), labels)
-    axes.set(ylabel="ms", title="Claim round trip before and after the history")
+    axes.set(ylabel="ms", title="Claim round trip before and after the history, and its prune")
     axes.grid(axis="y", alpha=0.3)
     axes.legend()
     fig.tight_layout()

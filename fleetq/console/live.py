@@ -28,7 +28,7 @@ import asyncpg
 from fleetq.console.messages import Health, Hint
 from fleetq.core import queries
 from fleetq.core.db import as_uri
-from fleetq.core.driver import mapped_errors
+from fleetq.core.driver import connect_each_host, mapped_errors, server_guard
 from fleetq.core.errors import FleetqError
 
 CHANNELS = ("fleetq_work", "fleetq_control")
@@ -77,8 +77,9 @@ class Follower:
     async def _session(self) -> None:
         woken = asyncio.Event()
         lost = asyncio.Event()
+        guard = server_guard(self.dsn)
         with mapped_errors():
-            conn = await asyncpg.connect(
+            conn = await connect_each_host(
                 as_uri(self.dsn),
                 timeout=10,
                 server_settings={"application_name": APPLICATION_NAME},
@@ -122,6 +123,8 @@ class Follower:
                 if time.monotonic() >= resync_at:
                     with mapped_errors():
                         await conn.fetchval("SELECT 1", timeout=5)  # a silent link may be dead
+                    if guard is not None:
+                        await guard(conn)  # a server fenced read-only hears no submit
                     woken.clear()
                     self.post(Hint(resync=True))
                     resync_at = time.monotonic() + self.resync_s

@@ -14,7 +14,13 @@ import asyncpg
 
 from fleetq.core import eligibility, fleet, migrate, producer, readers, schedules, stats, views
 from fleetq.core.db import as_uri
-from fleetq.core.driver import AsyncpgDriver, mapped_errors, prepare_asyncpg, refuse_read_only
+from fleetq.core.driver import (
+    AsyncpgDriver,
+    connect_each_host,
+    mapped_errors,
+    prepare_asyncpg,
+    server_guard,
+)
 from fleetq.core.models import CancelResult, Event, JobId, JobState, RunnerState
 from fleetq.core.schedules import Listed
 from fleetq.core.stats import Overlap
@@ -37,10 +43,11 @@ class Source:
         with mapped_errors():
             self._pool = await asyncpg.create_pool(
                 as_uri(self.dsn),
+                connect=connect_each_host,
                 min_size=1,
                 max_size=3,
                 init=prepare_asyncpg,
-                setup=refuse_read_only,
+                setup=server_guard(self.dsn),
                 timeout=10,
                 server_settings={"application_name": "fleetq-console"},
             )

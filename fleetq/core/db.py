@@ -11,7 +11,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from typing import TypeAlias
-from urllib.parse import parse_qs, quote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -57,13 +57,25 @@ def writable(dsn: str) -> str:
     return make_conninfo(dsn, target_session_attrs="read-write")
 
 
+def target_session_attrs(dsn: str) -> str:
+    """The kind of server a DSN asks for, as libpq and asyncpg read it: its own
+    `target_session_attrs`, else `PGTARGETSESSIONATTRS`, else any."""
+    given = _dsn_params(dsn).get("target_session_attrs")
+    return given or os.environ.get("PGTARGETSESSIONATTRS") or "any"
+
+
 def _dsn_names(dsn: str) -> set[str]:
     """The parameter names a DSN gives (URI query or key=value pairs)."""
+    return set(_dsn_params(dsn))
+
+
+def _dsn_params(dsn: str) -> dict[str, str]:
+    """The parameters a DSN gives in its URI query or as key=value pairs."""
     if "://" in dsn:
-        return set(parse_qs(urlsplit(dsn).query))
+        return {k: v[-1] for k, v in parse_qs(urlsplit(dsn).query).items()}
     from psycopg.conninfo import conninfo_to_dict
 
-    return set(conninfo_to_dict(dsn))
+    return {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
 
 
 def check_dsn(dsn: str, where: str = "the DSN") -> str:
@@ -107,6 +119,40 @@ def as_uri(dsn: str) -> str:
     database = quote(params.pop("dbname", ""), safe="")
     query = "&".join(f"{quote(k)}={quote(v, safe='/')}" for k, v in sorted(params.items()))
     return f"postgresql://{auth}/{database}" + (f"?{query}" if query else "")
+
+
+def each_host(uri: str) -> list[str]:
+    """A URI per host of a multi-host URI (`postgresql://u@db1:5432,db2/q`, or
+    `?host=/a,/b&port=5432,5433`), in order, each naming one host in its query; `[uri]`
+    when it names one host or none. For clients that give each host a timeout of its own
+    (`driver.connect_each_host`), as libpq does."""
+    parts = urlsplit(uri)
+    query = parse_qs(parts.query, keep_blank_values=True)
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    if hostlist:
+        hosts, ports = [], []
+        for item in hostlist.split(","):
+            if item.startswith("["):  # [IPv6]:port
+                host, _, port = item[1:].partition("]")
+                port = port.removeprefix(":")
+            else:
+                host, _, port = item.partition(":")
+            hosts.append(host)
+            ports.append(port)
+    else:
+        hosts = query.get("host", [""])[-1].split(",")
+        ports = query.get("port", [""])[-1].split(",")
+    if len(hosts) < 2:
+        return [uri]
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    rest = {k: v[-1] for k, v in query.items() if k not in ("host", "port")}
+    netloc = f"{userinfo}@" if userinfo else ""
+    found = []
+    for host, port in zip(hosts, ports, strict=False):
+        one = {"host": host, **({"port": port} if port else {}), **rest}
+        found.append(urlunsplit(parts._replace(netloc=netloc, query=urlencode(one, safe="/"))))
+    return found
 
 
 def dsn_settings(dsn: str) -> set[str]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, LiteralString, Protocol
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, LiteralString, Protocol, TypeAlias
 
 import asyncpg
 import psycopg
@@ -21,7 +21,7 @@ from asyncpg.pool import PoolConnectionProxy
 from psycopg.rows import dict_row
 
 from fleetq.core import errors
-from fleetq.core.db import as_uri, read_only_message
+from fleetq.core.db import as_uri, each_host, read_only_message, target_session_attrs
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -115,6 +115,27 @@ def _primary_message(exc: BaseException) -> str:
     return str(primary or exc)
 
 
+async def connect_each_host(dsn: str | None = None, **kwargs: Any) -> asyncpg.Connection:
+    """`asyncpg.connect`, trying the DSN's hosts one at a time, each with the whole
+    `timeout` (a pool takes it as `connect=`).
+
+    Why: asyncpg spends one timeout on its whole host list, and leaves a host for the
+    next only when it refuses at once. A primary whose machine froze (no reply, no
+    refusal) held every connection attempt until the timeout, and the standby listed
+    after it was never tried. libpq gives each host a timeout of its own; so does this."""
+    assert dsn is not None
+    last: Exception | None = None
+    for one in each_host(as_uri(dsn)):
+        try:
+            return await asyncpg.connect(one, **kwargs)
+        except (ValueError, asyncpg.ClientConfigurationError):
+            raise  # the DSN or the call is wrong: the next host would not fix it
+        except Exception as exc:  # a host down, frozen, starting, or not writable
+            last = exc
+    assert last is not None
+    raise last
+
+
 class AsyncpgDriver:
     """asyncpg, for runners and the console: one connection, or a pool (each call then
     takes a connection for one statement)."""
@@ -128,7 +149,7 @@ class AsyncpgDriver:
     async def connect(cls, dsn: str, *, timeout: float = 10.0) -> AsyncpgDriver:
         """Open a connection with JSON codecs, so rows come back decoded."""
         with mapped_errors():
-            conn = await asyncpg.connect(as_uri(dsn), timeout=timeout)
+            conn = await connect_each_host(dsn, timeout=timeout)
             await prepare_asyncpg(conn)
         return cls(conn)
 
@@ -154,18 +175,38 @@ class AsyncpgDriver:
                 await self.conn.close(timeout=5)
 
 
-async def refuse_read_only(conn: asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]) -> None:
-    """A pool's `setup`, run at each acquire: a pooled connection whose server no longer
-    takes writes (demoted, or fenced by an operator with `default_transaction_read_only`)
-    fails the call as `ReadOnlyServer`, and asyncpg closes it, so the pool's next
-    connection looks for the primary again instead of failing on the old one for ever.
-    Free: both settings are reported by the server (PostgreSQL 14+), not queried."""
-    settings = conn.get_settings()
-    for name in ("in_hot_standby", "default_transaction_read_only"):
-        if getattr(settings, name, "off") == "on":
-            raise errors.ReadOnlyServer(
-                read_only_message(f"{name} is on at the server this pooled connection reached")
-            )
+_AnyConnection: TypeAlias = "asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]"
+ServerGuard: TypeAlias = Callable[[_AnyConnection], Coroutine[Any, Any, None]]
+
+# What each `target_session_attrs` asks of a server, as the server reports it.
+_REFUSED_WHEN_ON = {
+    "read-write": ("in_hot_standby", "default_transaction_read_only"),
+    "primary": ("in_hot_standby",),
+}
+
+
+def server_guard(dsn: str) -> ServerGuard | None:
+    """A check that a connection's server is still the kind the DSN asked for (None when
+    it asked for any): a pool's `setup`, run at each acquire, and the LISTEN sessions'
+    periodic check. A server demoted, or fenced by an operator with
+    `default_transaction_read_only`, stays reachable while it refuses every write (and a
+    LISTEN there hears no submit): the check fails the call as `ReadOnlyServer` and the
+    connection is closed, so the next one (made with the DSN's `target_session_attrs`)
+    finds the primary. Free: the settings are reported by the server (PostgreSQL 14+),
+    not queried."""
+    names = _REFUSED_WHEN_ON.get(target_session_attrs(dsn))
+    if names is None:
+        return None
+
+    async def guard(conn: _AnyConnection) -> None:
+        settings = conn.get_settings()
+        for name in names:
+            if getattr(settings, name, "off") == "on":
+                raise errors.ReadOnlyServer(
+                    read_only_message(f"{name} is on at the server this connection reached")
+                )
+
+    return guard
 
 
 async def prepare_asyncpg(conn: asyncpg.Connection) -> None:

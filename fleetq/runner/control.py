@@ -13,7 +13,7 @@ import time
 import asyncpg
 
 from fleetq.core import leasing
-from fleetq.core.driver import mapped_errors, refuse_read_only
+from fleetq.core.driver import connect_each_host, mapped_errors, server_guard
 from fleetq.core.models import JobId
 from fleetq.runner import identity, loops
 from fleetq.runner.base import RunnerBase, log
@@ -41,7 +41,7 @@ class Control(RunnerBase):
         # runner id) within about half a minute, not the kernel's two hours.
         settings = {**self.session_settings, **LISTEN_KEEPALIVES, "application_name": name}
         with mapped_errors():
-            conn = await asyncpg.connect(
+            conn = await connect_each_host(
                 self.dsn,
                 timeout=10,
                 server_settings={k: v for k, v in settings.items() if k not in self.dsn_names},
@@ -115,7 +115,8 @@ class Control(RunnerBase):
                 await conn.fetchval("SELECT 1", timeout=5)  # a silent network drop shows here
                 # A server demoted or fenced read-only stays reachable but hears no
                 # submit: the new primary's NOTIFYs go to its own listeners only.
-                await refuse_read_only(conn)
+                if (guard := server_guard(self.dsn)) is not None:
+                    await guard(conn)
 
     def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         """A wake-up names a lane, or a lane and the one runner chosen to claim a new job

@@ -8,7 +8,7 @@ import contextlib
 import time
 
 from fleetq.core import fleet, leasing, queries, schedules
-from fleetq.core.errors import StaleLease
+from fleetq.core.errors import NotFound, StaleLease
 from fleetq.core.models import FencingToken, JobId, RunnerState, WriteStatus
 from fleetq.runner import metrics
 from fleetq.runner.base import RunnerBase, log
@@ -70,6 +70,11 @@ class LeaseKeeping(RunnerBase):
     async def _stop_lost(self, job_ids: list[JobId]) -> None:
         """Stop local executions whose lease this runner no longer holds."""
         rows = await self.driver.fetch(queries.sql("lease_job_states"), self.runner, job_ids)
+        for gone in set(job_ids) - {row["job_id"] for row in rows}:
+            # no longer in the database at all (pruned after it ended elsewhere)
+            if (ex := self.executions.get(gone)) is not None:
+                log.info("stopping job=%d token=%d: the job is gone", gone, ex.claim.lease_version)
+                ex.request_stop("superseded")
         for row in rows:
             ex = self.executions.get(row["job_id"])
             if ex is None:
@@ -118,25 +123,38 @@ class LeaseKeeping(RunnerBase):
 
     async def _confirm(self, ex: Execution, reason: str) -> None:
         c = ex.claim
-        if reason == "self_fenced":
-            # Fenced blind (the database was unreachable); now that it answers, say what
-            # really happened meanwhile: superseded or cancelled wins over self_fenced.
-            (row,) = await self.driver.fetch(
-                queries.sql("lease_job_states"), self.runner, [c.job_id]
+        try:
+            if reason == "self_fenced":
+                # Fenced blind (the database was unreachable); now that it answers, say
+                # what really happened meanwhile: superseded or cancelled wins.
+                rows = await self.driver.fetch(
+                    queries.sql("lease_job_states"), self.runner, [c.job_id]
+                )
+                if not rows:
+                    raise NotFound(f"job {c.job_id}")
+                (row,) = rows
+                if row["state"] == "cancelled":
+                    reason = "cancelled"
+                elif row["lease_version"] != c.lease_version:
+                    reason = "superseded"
+            await leasing.confirm_stop(
+                self.driver,
+                runner=self.runner,
+                job_id=c.job_id,
+                token=c.lease_version,
+                signal=ex.signal,
+                reason=reason,
+                ended_monotonic=ex.ended_monotonic,
             )
-            if row["state"] == "cancelled":
-                reason = "cancelled"
-            elif row["lease_version"] != c.lease_version:
-                reason = "superseded"
-        await leasing.confirm_stop(
-            self.driver,
-            runner=self.runner,
-            job_id=c.job_id,
-            token=c.lease_version,
-            signal=ex.signal,
-            reason=reason,
-            ended_monotonic=ex.ended_monotonic,
-        )
+        except NotFound:
+            # Pruned (`fleetq prune`) after it ended under another runner: there is no
+            # row left to record the stop on, and retrying would never end.
+            log.warning(
+                "stop of job=%d token=%d not recorded: the job is no longer in the database",
+                c.job_id,
+                c.lease_version,
+            )
+            return
         log.info("stop confirmed job=%d token=%d reason=%s", c.job_id, c.lease_version, reason)
         if reason == "self_fenced":
             # If the lease is somehow still ours (only our connection was cut), hand it

@@ -31,7 +31,7 @@ import asyncpg
 from fleetq import __version__
 from fleetq.core import fleet, leasing, migrate, queries
 from fleetq.core.db import dsn_settings
-from fleetq.core.driver import AsyncpgDriver, prepare_asyncpg, refuse_read_only
+from fleetq.core.driver import AsyncpgDriver, connect_each_host, prepare_asyncpg, server_guard
 from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import (
     Claim,
@@ -144,10 +144,11 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         # session locks, so asyncpg's reset on release (a round trip per call) is waste.
         pool = await asyncpg.create_pool(
             dsn,
+            connect=connect_each_host,
             min_size=0,
             max_size=4 + len(self.config.lanes),
             init=prepare_asyncpg,
-            setup=refuse_read_only,
+            setup=server_guard(dsn),
             reset=_keep_session,
             server_settings={
                 **self.session_settings,

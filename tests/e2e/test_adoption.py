@@ -24,15 +24,19 @@ ADOPT = ("--orphans", "adopt")
 HOLD = {"FLEETQ_TEST_HOLD_START_REPORT": "1"}
 
 
-def _run_id_of(job: int) -> str | None:
-    """The FLEETQ_RUN_ID of the live process group leader running `job`, if any."""
-    for proc in psutil.process_iter(["pid"]):
+def _run_id_of(job: int, under: Path) -> str | None:
+    """The FLEETQ_RUN_ID of the live process group leader running `job`, if any, among
+    processes working under `under` (the test's own directory: tests run side by side,
+    each numbering its jobs from 1)."""
+    for proc in psutil.process_iter(["pid", "cwd"]):
         try:
+            if not (proc.info["cwd"] or "").startswith(f"{under}{os.sep}"):
+                continue
             with open(f"/proc/{proc.pid}/environ", "rb") as f:
                 env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
             if env.get(b"FLEETQ_JOB_ID") == str(job).encode() and os.getpgid(proc.pid) == proc.pid:
                 return env[b"FLEETQ_RUN_ID"].decode()
-        except (OSError, ValueError):
+        except (OSError, ValueError, psutil.Error):
             continue
     return None
 
@@ -58,8 +62,8 @@ def _launched_without_a_start_report(
     )
     job = _submit(conn, "sleep", repo.head)
     runner = start_runner(extra=ADOPT, env=HOLD)
-    wait_until(lambda: _run_id_of(job) is not None, what="the command to be launched")
-    run_id = _run_id_of(job)
+    wait_until(lambda: _run_id_of(job, release.parent) is not None, what="the command to launch")
+    run_id = _run_id_of(job, release.parent)
     assert run_id is not None
     assert job_state(conn, job) == "claimed"  # the start report was held back
     runner.signal(signal.SIGKILL)

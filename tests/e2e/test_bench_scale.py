@@ -67,9 +67,12 @@ def test_scale_benchmark_small(server_dsn: str, tmp_path: Path) -> None:
     assert idle["runners"] == 3 and idle["transactions_per_s"] >= 0 and idle["xids_per_s"] >= 0
     history = report["history"]
     assert history["finished_jobs_added"] == 10_000
-    before, after = history["before"], history["after"]
+    before, after, pruned = history["before"], history["after"], history["after_prune"]
     assert after["finished_jobs"] - before["finished_jobs"] == 10_000 + 50
-    for probe in (before, after):
+    # the prune took the history (an hour old), not the probes' jobs (minutes old)
+    assert history["prune"]["jobs"] == 10_000 and history["prune"]["jobs_per_s"] > 0
+    assert pruned["finished_jobs"] == after["finished_jobs"] - 10_000 + 50
+    for probe in (before, after, pruned):
         assert probe["jobs"] == probe["succeeded"] == 50
         _percentiles_sane(probe["claim_ms"])
         # the test server's login is a superuser, so auto_explain is there to read

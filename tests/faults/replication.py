@@ -77,13 +77,22 @@ class Node(EmbeddedServer):
     def kill(self) -> None:
         """SIGKILL the postmaster and every process it started, at once: the machine died
         (nothing is flushed, no client is told, no standby is sent another byte)."""
+        self._signal_all(signal.SIGKILL)
+        self.killed = True  # its pid file stays, naming a process that may linger unreaped
+
+    def freeze(self) -> None:
+        """SIGSTOP the postmaster and every process it started: the machine hangs (a
+        paused VM, a partition that drops packets). Connections neither answer nor are
+        refused; `kill` still ends them."""
+        self._signal_all(signal.SIGSTOP)
+
+    def _signal_all(self, sig: signal.Signals) -> None:
         found = self._postmaster()
         assert found is not None, "the node is not running"
         pid = found[0]
-        self.killed = True  # its pid file stays, naming a process that may linger unreaped
         for victim in (pid, *_children(pid)):
             with suppress(ProcessLookupError):  # gone with its parent already
-                os.kill(victim, signal.SIGKILL)
+                os.kill(victim, sig)
 
 
 def _children(pid: int) -> list[int]:
@@ -113,8 +122,19 @@ class Pair:
         """Both hosts, the standby first: a client that took the first host to answer
         would then write to a standby, so only `target_session_attrs=read-write` (which
         fleetq adds, `db.writable`) makes a fleet on this DSN work at all."""
-        hosts = f"{self.standby.socket_dir},{self.primary.socket_dir}"
-        return f"postgresql://postgres@/fleetq?host={hosts}&port={SOCKET_PORT},{SOCKET_PORT}"
+        return self._dsn(self.standby, self.primary)
+
+    @property
+    def primary_first_dsn(self) -> str:
+        """Both hosts, the primary first: after the primary hangs, a client must give up
+        on it, host by host, to reach the promoted standby."""
+        return self._dsn(self.primary, self.standby)
+
+    @staticmethod
+    def _dsn(*nodes: Node) -> str:
+        hosts = ",".join(str(node.socket_dir) for node in nodes)
+        ports = ",".join(str(SOCKET_PORT) for _ in nodes)
+        return f"postgresql://postgres@/fleetq?host={hosts}&port={ports}"
 
     def walsender_pid(self) -> int:
         """The primary's WAL sender to the standby."""

@@ -96,7 +96,7 @@ class Producer(threading.Thread):
 
 @contextmanager
 def fleet(
-    pair: Pair, repo: Repo, tmp_path: Path, sleep: int = 1
+    pair: Pair, repo: Repo, tmp_path: Path, sleep: int = 1, dsn: str | None = None
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """The schema and the fleet file on the primary, and three runners on the two-host
     DSN, each serving before the block starts; stopped afterwards."""
@@ -106,7 +106,7 @@ def fleet(
     with connect(pair.primary.dsn()) as conn:
         fleet_config.apply(conn, fleet_config.load(path), source=path)
     runners = [
-        _runner(pair.fleet_dsn, tmp_path, "checks=2", "control=2", name=f"r{i}")
+        _runner(dsn or pair.fleet_dsn, tmp_path, "checks=2", "control=2", name=f"r{i}")
         for i in range(RUNNERS)
     ]
     try:
@@ -173,7 +173,13 @@ def test_a_synchronous_standby_takes_over_and_nothing_acknowledged_is_lost(
             handed_out = _ints(old, "SELECT id, lease_version FROM fleetq.jobs")
             live = "state IN ('claimed', 'running')"
             held = _ints(old, f"SELECT id, lease_version FROM fleetq.jobs WHERE {live}")
-            owners = _rows(old, f"SELECT DISTINCT lease_owner FROM fleetq.jobs WHERE {live}")
+            # the runners of the check jobs running now: each will fence one (a handler
+            # job or a run that has ended has nothing to fence)
+            owners = _rows(
+                old,
+                "SELECT DISTINCT lease_owner FROM fleetq.jobs "
+                "WHERE state = 'running' AND operation = 'sleep'",
+            )
             holders = {str(owner).replace("/", "-") for (owner,) in owners}
             killed_at = time.time()
             pair.primary.kill()
@@ -303,7 +309,7 @@ def test_a_switchover_moves_the_runners_off_the_fenced_primary(repo: Repo, tmp_p
     reloaded: it stays up, refusing writes), the standby catches up and is promoted. The
     runners' pooled connections and LISTEN session are still on the old server, which
     answers every write with "read-only transaction": each is dropped at its next use
-    and remade on the new primary (`refuse_read_only`), so jobs submitted after the
+    and remade on the new primary (`server_guard`), so jobs submitted after the
     switchover run. Kept, the runners would fail every claim until the old server stopped."""
     with replicated_pair(sync=False) as pair, fleet(pair, repo, tmp_path) as runners:
         first = _submit(pair.fleet_dsn, repo.head, "before")
@@ -388,3 +394,37 @@ async def test_the_console_cli_and_api_follow_the_failover(repo: Repo, tmp_path:
                     while (await api.post("/v1/jobs", json=body, headers=auth)).status_code != 201:
                         assert time.monotonic() < deadline, "the API did not submit after failover"
                         await pilot.pause(0.1)
+
+
+@pytest.mark.long
+def test_runners_pass_over_a_primary_that_hangs(repo: Repo, tmp_path: Path) -> None:
+    """The primary's machine hangs (every process of it stopped: connections neither
+    answer nor are refused) and the standby is promoted. The runners, on a DSN that lists
+    the hung primary first, give up on it and run new jobs on the promoted standby: each
+    host gets a timeout of its own (`connect_each_host`). asyncpg alone spends its whole
+    timeout on the first host and never tries the next, so they never came back.
+    Opt-in (`-m long`): the runners first wait out their calls' 30 s timeouts on the hung
+    primary (60 s in all here); tests/integration/test_hosts.py holds the mechanism."""
+    with (
+        replicated_pair(sync=False) as pair,
+        fleet(pair, repo, tmp_path, dsn=pair.primary_first_dsn) as runners,
+    ):
+        before = _submit(pair.primary.dsn(), repo.head, "before")
+        wait_until(lambda: _state(pair.primary.dsn(), before) == "succeeded", what="a job")
+        pair.primary.freeze()
+        try:
+            pair.standby.promote()
+            frozen_at = time.monotonic()
+            new = pair.standby.dsn()
+            after = _submit(new, repo.head, "after")
+            wait_until(
+                lambda: _state(new, after) == "succeeded",
+                what="a job on the promoted standby",
+                deadline_s=120,
+            )
+            took = time.monotonic() - frozen_at
+            print(f"\nhung primary passed over: a job submitted then ran within {took:.1f}s")
+            for proc in runners:
+                assert proc.poll() is None, "a runner exited while the primary hung"
+        finally:
+            pair.primary.kill()

@@ -29,8 +29,9 @@ def test_a_run_whose_lease_ended_while_its_runner_was_down_is_killed_at_restart(
         conn.execute(b"UPDATE fleetq.operations SET command = 'sleep 120' WHERE name = 'sleep'")
         job = _submit(conn, "sleep", repo.head)
         runner = start_runner(extra=ADOPT, env=HOLD)  # its start report never arrives
-        wait_until(lambda: _run_id_of(job) is not None, what="the command to be launched")
-        run_id = _run_id_of(job)
+        work = runner.log.parent  # the test's directory, where the runner stages the job
+        wait_until(lambda: _run_id_of(job, work) is not None, what="the command to be launched")
+        run_id = _run_id_of(job, work)
         assert run_id is not None
         runner.signal(signal.SIGKILL)
         runner.wait()
