@@ -65,8 +65,9 @@ async def test_wal_of_an_idle_database_is_empty(empty_dsn: str) -> None:
         # reads may still write WAL (pruning a catalog page on access), never a
         # transaction of their own
         assert wal.write_xacts == 0
-        # two reads, and the WAL query when another database wrote in between
-        assert counters.ledger.statements in (2, 3)
+        # two reads, and, when another database wrote in between (tests run side by
+        # side), the polls for its flush and the WAL query: reads all, each counted
+        assert counters.ledger.statements >= 2 and counters.ledger.write_xacts == 0
     finally:
         await counters.driver.close()
 
