@@ -48,7 +48,7 @@ def writable(dsn: str) -> str:
     `postgresql://db1,db2/fleetq`), libpq and asyncpg otherwise take the first host that
     answers, a standby included, where every write fails; with it they skip standbys and,
     after a failover, find the promoted one. Every fleetq process connects through this."""
-    if os.environ.get("PGTARGETSESSIONATTRS") or "target_session_attrs" in _dsn_names(dsn):
+    if os.environ.get("PGTARGETSESSIONATTRS") or "target_session_attrs" in dsn_settings(dsn):
         return dsn
     if "://" in dsn:
         parts = urlsplit(dsn)
@@ -60,22 +60,8 @@ def writable(dsn: str) -> str:
 def target_session_attrs(dsn: str) -> str:
     """The kind of server a DSN asks for, as libpq and asyncpg read it: its own
     `target_session_attrs`, else `PGTARGETSESSIONATTRS`, else any."""
-    given = _dsn_params(dsn).get("target_session_attrs")
+    given = parse_qs(urlsplit(as_uri(dsn)).query).get("target_session_attrs", [""])[-1]
     return given or os.environ.get("PGTARGETSESSIONATTRS") or "any"
-
-
-def _dsn_names(dsn: str) -> set[str]:
-    """The parameter names a DSN gives (URI query or key=value pairs)."""
-    return set(_dsn_params(dsn))
-
-
-def _dsn_params(dsn: str) -> dict[str, str]:
-    """The parameters a DSN gives in its URI query or as key=value pairs."""
-    if "://" in dsn:
-        return {k: v[-1] for k, v in parse_qs(urlsplit(dsn).query).items()}
-    from psycopg.conninfo import conninfo_to_dict
-
-    return {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
 
 
 def check_dsn(dsn: str, where: str = "the DSN") -> str:

@@ -105,6 +105,7 @@ class Control(RunnerBase):
                 await backoff.sleep(self.done)  # gone at once: do not reconnect in a spin
 
     async def _watch(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
+        guard = server_guard(self.dsn)
         while not self.done.is_set() and not lost.is_set():
             stop = asyncio.ensure_future(self.done.wait())
             gone = asyncio.ensure_future(lost.wait())
@@ -115,7 +116,7 @@ class Control(RunnerBase):
                 await conn.fetchval("SELECT 1", timeout=5)  # a silent network drop shows here
                 # A server demoted or fenced read-only stays reachable but hears no
                 # submit: the new primary's NOTIFYs go to its own listeners only.
-                if (guard := server_guard(self.dsn)) is not None:
+                if guard is not None:
                     await guard(conn)
 
     def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:

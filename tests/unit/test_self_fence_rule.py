@@ -5,36 +5,20 @@ finished run was recorded as fenced, and could have been handed back and run aga
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from types import SimpleNamespace
 
-from fleetq.core.models import Claim
 from fleetq.runner.config import RunnerConfig
 from fleetq.runner.execution import Execution
 from fleetq.runner.service import RunnerService
+from tests.unit.test_job_env import _claim
 
 
 def _execution(job: int, *, renewed_s_ago: float) -> Execution:
-    claim = Claim.model_validate(
-        {
-            "job_id": job,
-            "lease_version": 1,
-            "lease_expires_at": datetime.now(UTC),
-            "project": "p",
-            "operation": "o",
-            "commit_sha": "0" * 40,
-            "requested_node": None,
-            "payload": {},
-            "task_id": None,
-            "timeout_s": 60,
-            "memory_mb": 0,
-            "cpu_millis": 0,
-            "priority_class": 0,
-            "reassign_count": 0,
-            "lost_count": 0,
-        }
+    return Execution(
+        claim=_claim(job_id=job, lease_version=1),
+        lane="checks",
+        renewed_at=time.monotonic() - renewed_s_ago,
     )
-    return Execution(claim=claim, lane="checks", renewed_at=time.monotonic() - renewed_s_ago)
 
 
 async def test_a_run_that_ended_is_not_fenced_while_its_outcome_waits() -> None:
