@@ -268,6 +268,11 @@ $function$;
 -- cost would otherwise trigger on every call. And plan once: the arrays are parameters,
 -- so a plan for the actual arrays (one job: one row) always looked cheaper than the
 -- generic one (a hundred), and every statement was planned again on every call.
+-- The fence says "a live lease" as the lease columns (owner, token, expiry), not as
+-- state IN ('claimed', 'running'): the same rows (CHECK jobs_check: those states exactly
+-- when owner and expiry are set), but the state form also matched the partial indexes
+-- of claimed and running jobs, and the plan read one of them whole on every call, with
+-- every entry a claim has left there since the last VACUUM (test_query_plans.py).
 CREATE OR REPLACE FUNCTION fleetq.complete_unchecked(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[])
  RETURNS TABLE(job_id bigint, status text)
  LANGUAGE plpgsql
@@ -318,7 +323,7 @@ BEGIN
             released_kind = 'outcome'
         FROM input i
         WHERE j.id = i.id AND j.lease_owner = p_runner AND j.lease_version = i.version
-          AND j.state IN ('claimed', 'running')
+          AND j.lease_expires_at IS NOT NULL
         RETURNING j.id, j.lane, j.memory_mb, j.cpu_millis, j.lease_version, j.state
     )
     SELECT array_agg(d.id), array_agg(d.lane), array_agg(d.memory_mb), array_agg(d.cpu_millis),
