@@ -436,6 +436,31 @@ class QueueMachine(RuleBasedStateMachine):
         assert bad == [], f"reservations drifted on {bad}"
 
     @invariant()
+    def references_resolve(self) -> None:
+        """The references the protocol keeps without foreign keys (migration 0024): every
+        lease holder, reservation and execution names a runner, every execution and
+        verdict a job."""
+        dangling = self.run(
+            self.driver.fetch("""
+            SELECT 'lease_owner' AS ref, j.id FROM fleetq.jobs j
+            WHERE j.lease_owner IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM fleetq.runners r WHERE r.id = j.lease_owner)
+            UNION ALL
+            SELECT 'reserved_on', j.id FROM fleetq.jobs j
+            WHERE j.reserved_on IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM fleetq.runners r WHERE r.id = j.reserved_on)
+            UNION ALL
+            SELECT 'execution', e.id FROM fleetq.executions e
+            WHERE NOT EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = e.job_id)
+               OR NOT EXISTS (SELECT 1 FROM fleetq.runners r WHERE r.id = e.runner_id)
+            UNION ALL
+            SELECT 'verdict', v.job_id FROM fleetq.verdicts v
+            WHERE NOT EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = v.job_id)
+        """)
+        )
+        assert dangling == [], f"references that resolve to nothing: {dangling}"
+
+    @invariant()
     def ledger_counts_what_fencing_allowed(self) -> None:
         """The counters agree with the model: no write below an accepted higher token was
         accepted, and the jobs whose effects landed under two tokens are counted."""

@@ -38,13 +38,19 @@ async def _clock(driver: Driver) -> datetime:
 
 def _references(conn: SyncConnection) -> list[tuple[str, str]]:
     """Every (table, column) that names a job: each foreign key to jobs, found in the
-    catalog (a table added later is covered, or this test says it is not), and events."""
+    catalog (a table added later is covered, or this test says it is not), events, and
+    the references the protocol keeps without a foreign key (migration 0024)."""
     rows = conn.execute(
         "SELECT c.conrelid::regclass::text, a.attname FROM pg_constraint c "
         "JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1] "
         "WHERE c.contype = 'f' AND c.confrelid = 'fleetq.jobs'::regclass ORDER BY 1, 2"
     ).fetchall()
-    return [(str(t), str(c)) for t, c in rows] + [("fleetq.events", "job_id")]
+    unkeyed = {
+        ("fleetq.events", "job_id"),
+        ("fleetq.executions", "job_id"),
+        ("fleetq.verdicts", "job_id"),
+    }
+    return sorted({(str(t), str(c)) for t, c in rows} | unkeyed)
 
 
 def _rows(conn: SyncConnection, ids: Sequence[int]) -> Rows:
