@@ -62,7 +62,11 @@ class Execution:
 
     claim: Claim
     lane: str
-    run_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    # the run's id, when it is already known (an adopted run's, from the journal); else
+    # `run_id` makes one when first asked, which only a command's launch does (a
+    # handler's execution is recorded with an id of the database's): a uuid4 per job
+    # was a measurable share of a runner's CPU under a backlog
+    known_run_id: uuid.UUID | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     stop_reason: str | None = None
     pid: int | None = None
@@ -80,6 +84,13 @@ class Execution:
     # when its run was seen gone (`time.monotonic()`; see executor.Finished): the writes
     # that end it send it, so the database dates the end on its own clock
     ended_monotonic: float | None = None
+
+    @property
+    def run_id(self) -> uuid.UUID:
+        """This run's id: the one it was adopted with, else one made now, once."""
+        if self.known_run_id is None:
+            self.known_run_id = uuid.uuid4()
+        return self.known_run_id
 
     @property
     def traceparent(self) -> str | None:

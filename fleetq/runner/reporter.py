@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -134,7 +135,15 @@ class Reporter:
         self.backoff.reset()
         self.refill = None
         for (report, future), answer in zip(batch, answers, strict=True):
-            self._settle(report, future, answer.status)
+            self._settle(report, future, answer.status, count=False)
+        # counted once per batch and outcome, not per job (a lock per increment)
+        recorded = Counter(
+            r.outcome.value
+            for (r, _), a in zip(batch, answers, strict=True)
+            if a.status != WriteStatus.STALE
+        )
+        for outcome, n in recorded.items():
+            metrics.outcome(outcome).inc(n)
         return len(batch)
 
     async def _write(
@@ -182,7 +191,12 @@ class Reporter:
         return len(batch)
 
     def _settle(
-        self, report: OutcomeReport, future: asyncio.Future[WriteStatus], status: WriteStatus
+        self,
+        report: OutcomeReport,
+        future: asyncio.Future[WriteStatus],
+        status: WriteStatus,
+        *,
+        count: bool = True,
     ) -> None:
         if status == WriteStatus.STALE:
             metrics.STALE.labels("outcome", "zombie").inc()
@@ -191,7 +205,7 @@ class Reporter:
                 report.job_id,
                 report.lease_version,
             )
-        else:
+        elif count:
             metrics.outcome(report.outcome.value).inc()
         if not future.done():
             future.set_result(status)

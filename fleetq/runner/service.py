@@ -114,7 +114,10 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         # runs of this runner stopping because it claimed their job again: task -> (job, token)
         self._superseded: dict[asyncio.Task[None], tuple[JobId, FencingToken]] = {}
         self.claimers: list[asyncio.Task[None]] = []
-        self._slot_gauges = {lane: metrics.SLOTS_IN_USE.labels(lane) for lane in config.lanes}
+        for lane in config.lanes:  # read when scraped: nothing to count per job
+            metrics.SLOTS_IN_USE.labels(lane).set_function(
+                functools.partial(self._running_in, lane)
+            )
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -424,7 +427,6 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             if (task := self.tasks.get(claim.job_id)) is not None:
                 self._superseded[task] = (older.claim.job_id, older.claim.lease_version)
         self.executions[claim.job_id] = ex
-        self._slot_gauges[lane].inc()
         log.debug("claimed job=%d token=%d lane=%s", claim.job_id, claim.lease_version, lane)
         task = asyncio.create_task(self._execute(ex), name=f"job:{claim.job_id}")
         self.tasks[claim.job_id] = task
@@ -435,7 +437,6 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         if self.tasks.get(job_id) is task:  # not a newer execution of the same job
             self.executions.pop(job_id, None)
             self.tasks.pop(job_id, None)
-        self._slot_gauges[lane].dec()
         if job_id in self._looked_after:
             # its outcome went with a claim that found the lane empty: nothing to look for
             self._looked_after.discard(job_id)
@@ -508,7 +509,9 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             return
         (row,) = rows
         claim = Claim.model_validate({**row, "job_id": row["id"]})
-        ex = Execution(claim=claim, lane=row["lane"], run_id=uuid.UUID(entry.run_id), pid=entry.pid)
+        ex = Execution(
+            claim=claim, lane=row["lane"], known_run_id=uuid.UUID(entry.run_id), pid=entry.pid
+        )
         assert entry.pid is not None and entry.started_at is not None
         if row["state"] == "claimed":
             await leasing.report_start(
@@ -531,7 +534,6 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             entry.run_id,
         )
         self.executions[claim.job_id] = ex
-        self._slot_gauges[ex.lane].inc()
         task = asyncio.create_task(self._follow(ex, entry.started_at), name=f"job:{claim.job_id}")
         self.tasks[claim.job_id] = task
         task.add_done_callback(functools.partial(self._finished, claim.job_id, ex.lane))

@@ -39,11 +39,11 @@ def _claim(**extra: Any) -> Claim:
 def test_the_job_gets_its_trace_as_traceparent() -> None:
     kit: Any = SimpleNamespace(node="node-a")
     run = uuid.uuid4()
-    env = _job_env(Execution(claim=_claim(traceparent=TRACE), lane="checks", run_id=run), kit)
+    env = _job_env(Execution(claim=_claim(traceparent=TRACE), lane="checks", known_run_id=run), kit)
     assert env["TRACEPARENT"] == TRACE
     assert (env["FLEETQ_JOB_ID"], env["FLEETQ_FENCING_TOKEN"], env["FLEETQ_RUN_ID"]) == (
         "7",
         "2",
         str(run),
     )
-    assert "TRACEPARENT" not in _job_env(Execution(claim=_claim(), lane="checks", run_id=run), kit)
+    assert "TRACEPARENT" not in _job_env(Execution(claim=_claim(), lane="checks", known_run_id=run), kit)
