@@ -46,4 +46,6 @@ def test_the_job_gets_its_trace_as_traceparent() -> None:
         "2",
         str(run),
     )
-    assert "TRACEPARENT" not in _job_env(Execution(claim=_claim(), lane="checks", known_run_id=run), kit)
+    assert "TRACEPARENT" not in _job_env(
+        Execution(claim=_claim(), lane="checks", known_run_id=run), kit
+    )
