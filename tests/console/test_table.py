@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual import events
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable
 
-from fleetq.console.views.table import sync
+from fleetq.console.views.table import Table, sync
 
 
 class _Table(App[None]):
@@ -44,3 +45,28 @@ async def test_a_rebuild_keeps_the_cursor_on_its_row() -> None:
         sync(table, [(k, [k, ""]) for k in ("e", "d", "c", "a")])  # "b" left: index kept
         await pilot.pause()
         assert table.cursor_row == 3
+
+
+class _Ours(App[None]):
+    def compose(self) -> ComposeResult:
+        table = Table()
+        table.add_column("job", key="job")
+        table.add_column("from", key="from")
+        table.add_column("how it ended", key="ended")
+        yield table
+
+
+async def test_the_header_is_drawn_to_the_widths_of_the_rows_added_since() -> None:
+    """DataTable measures new rows when it is next idle, and keeps each line it draws
+    until its next change. A header drawn between the two kept its old widths while the
+    rows drawn after came out at the new ones (the overlaps view's snapshot caught `from`
+    too narrow for its times, out of line with its row) until a resize redrew it."""
+    app = _Ours()
+    async with app.run_test(size=(80, 10)) as pilot:
+        table = app.query_one(Table)
+        await pilot.pause()
+        table.add_row("2", "11:59:02", "end confirmed, measured", key="2")
+        table.render_line(0)  # a repaint before the idle that measures the row
+        await table._on_idle(events.Idle())  # the measure, before its resize is handled
+        header, row = table.render_line(0).text, table.render_line(1).text
+    assert header.index("how it ended") == row.index("end confirmed"), (header, row)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 from rich.cells import cell_len
@@ -25,6 +25,14 @@ class Table(DataTable[Cell]):
         Binding("g,home", "first_row", "First row", show=False),
         Binding("G,end", "last_row", "Last row", show=False),
     ]
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        """Measure new rows (DataTable does it when idle), then forget every line drawn
+        before: DataTable keeps drawn lines until its next change, so a header drawn
+        between a row's arrival and its measure kept the old column widths while the rows
+        came out at the new ones, until a resize redrew it (test_table.py)."""
+        super()._update_dimensions(new_rows)
+        self._clear_caches()
 
     def action_first_row(self) -> None:
         if self.row_count:
