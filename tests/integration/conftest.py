@@ -14,6 +14,7 @@ from fleetq.cli.main import main as fleetq
 from fleetq.core import roles
 from fleetq.core.db import SyncConnection, as_uri, connect
 from tests import fleet
+from tests.locks import wait_for
 
 Run = tuple[int, str, str]
 Cli = Callable[..., Run]  # fleetq ARGS... -> (exit status, stdout, stderr)
@@ -70,7 +71,17 @@ def login(db_dsn: str, sync_conn: SyncConnection, tmp_path: Path) -> Iterator[Lo
         return login_dsn(db_dsn, name)
 
     yield make
-    with connect(db_dsn) as conn:
+    with connect(db_dsn, autocommit=True) as conn:
+
+        def gone() -> bool:
+            """No session of these logins is left: a closed connection's server process
+            drops its temporary objects as it exits, after the client has moved on, and
+            until then DROP ROLE is refused (objects still depend on the role)."""
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = ANY ($1)", [made]
+            ).fetchone()
+            return row is not None and row[0] == 0
+
+        wait_for(gone, "the logins' sessions ending")
         for name in made:
             roles.remove(conn, name)
-        conn.commit()
