@@ -134,13 +134,11 @@ class Reporter:
             return 0
         self.backoff.reset()
         self.refill = None
-        for (report, future), answer in zip(batch, answers, strict=True):
-            self._settle(report, future, answer.status, count=False)
         # counted once per batch and outcome, not per job (a lock per increment)
         recorded = Counter(
-            r.outcome.value
-            for (r, _), a in zip(batch, answers, strict=True)
-            if a.status != WriteStatus.STALE
+            report.outcome.value
+            for (report, future), answer in zip(batch, answers, strict=True)
+            if self._settle(report, future, answer.status)
         )
         for outcome, n in recorded.items():
             metrics.outcome(outcome).inc(n)
@@ -182,7 +180,8 @@ class Reporter:
                         return i
                     error = again
                     continue
-                self._settle(attempt, future, answer.status)
+                if self._settle(attempt, future, answer.status):
+                    metrics.outcome(attempt.outcome.value).inc()
                 break
             else:
                 log.error("outcome of job=%d cannot be recorded: %s", report.job_id, error)
@@ -191,24 +190,21 @@ class Reporter:
         return len(batch)
 
     def _settle(
-        self,
-        report: OutcomeReport,
-        future: asyncio.Future[WriteStatus],
-        status: WriteStatus,
-        *,
-        count: bool = True,
-    ) -> None:
-        if status == WriteStatus.STALE:
-            metrics.STALE.labels("outcome", "zombie").inc()
-            log.warning(
-                "outcome stale job=%d token=%d: the lease had moved on; not retried",
-                report.job_id,
-                report.lease_version,
-            )
-        elif count:
-            metrics.outcome(report.outcome.value).inc()
+        self, report: OutcomeReport, future: asyncio.Future[WriteStatus], status: WriteStatus
+    ) -> bool:
+        """Answer the waiting execution; True when the outcome is recorded (the caller
+        counts it), False when it was stale."""
         if not future.done():
             future.set_result(status)
+        if status != WriteStatus.STALE:
+            return True
+        metrics.STALE.labels("outcome", "zombie").inc()
+        log.warning(
+            "outcome stale job=%d token=%d: the lease had moved on; not retried",
+            report.job_id,
+            report.lease_version,
+        )
+        return False
 
     def abandon(self, cause: BaseException) -> None:
         """The writer ended with a bug: answer every waiting execution instead of leaving

@@ -43,6 +43,29 @@ def _explained(conn: SyncConnection) -> list[str]:
     return plans
 
 
+def _outcomes(conn: SyncConnection, runner: str, claimed: list[tuple[int, int]]) -> list[str]:
+    """Succeed `claimed` ((job, token) pairs) through the runner's outcome call; the
+    answers."""
+    n = len(claimed)
+    nulls: list[None] = [None] * n
+    rows = conn.execute(
+        queries.sql("lease_complete"),
+        [
+            runner,
+            [c[0] for c in claimed],
+            [c[1] for c in claimed],
+            ["succeeded"] * n,
+            [0] * n,
+            nulls,
+            [""] * n,
+            nulls,
+            nulls,
+            nulls,
+        ],
+    ).fetchall()
+    return [str(r[1]) for r in rows]
+
+
 def test_claim_walks_the_queued_index(db_dsn: str) -> None:
     with connect(db_dsn, autocommit=True) as conn:
         runner = _history(conn)
@@ -82,22 +105,8 @@ def test_outcomes_read_jobs_by_key_while_the_tables_are_small(db_dsn: str) -> No
         assert len(claimed) == 4
         plans = _explained(conn)
         n = len(claimed)
-        answers = conn.execute(
-            queries.sql("lease_complete"),
-            [
-                runner,
-                [c[0] for c in claimed],
-                [c[1] for c in claimed],
-                ["succeeded"] * n,
-                [0] * n,
-                [None] * n,
-                [""] * n,
-                [None] * n,
-                [None] * n,
-                [None] * n,
-            ],
-        ).fetchall()
-    assert [a[1] for a in answers] == ["ok"] * n
+        answers = _outcomes(conn, runner, [(int(c[0]), int(c[1])) for c in claimed])
+    assert answers == ["ok"] * n
     assert len(plans) > 5, plans  # every statement of the outcome path was explained
     whole_reads = [
         p
@@ -147,29 +156,6 @@ def test_a_claim_asks_whether_its_runner_is_stale_once_not_per_job(db_dsn: str) 
     assert len(claimed) == 4
     # the lease's length, and the staleness before the scan and under the lock
     assert calls is not None and calls <= 3, calls
-
-
-def _outcomes(conn: SyncConnection, runner: str, claimed: list[tuple[int, int]]) -> list[str]:
-    """Succeed `claimed` ((job, token) pairs) through the runner's outcome call; the
-    answers."""
-    n = len(claimed)
-    nulls: list[None] = [None] * n
-    rows = conn.execute(
-        queries.sql("lease_complete"),
-        [
-            runner,
-            [c[0] for c in claimed],
-            [c[1] for c in claimed],
-            ["succeeded"] * n,
-            [0] * n,
-            nulls,
-            [""] * n,
-            nulls,
-            nulls,
-            nulls,
-        ],
-    ).fetchall()
-    return [str(r[1]) for r in rows]
 
 
 def test_outcomes_never_walk_every_job_ever_claimed(db_dsn: str) -> None:
