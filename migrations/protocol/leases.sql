@@ -110,22 +110,61 @@ CREATE OR REPLACE FUNCTION fleetq.record_outcomes(p_jobs bigint[], p_exit_codes 
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
+DECLARE
+    v_jobs bigint[];
+    v_projects text[];
+    v_commits text[];
+    v_operations text[];
+    v_states text[];
+    v_reasons text[];
+    v_tasks text[];
+    v_codes integer[];
+    v_tails text[];
+    v_prepare integer[];
+    v_run integer[];
 BEGIN
+    SELECT array_agg(j.id), array_agg(j.project), array_agg(j.commit_sha),
+           array_agg(j.operation), array_agg(j.state), array_agg(j.failure_reason),
+           array_agg(j.task_id), array_agg(t.exit_code), array_agg(t.log_tail),
+           array_agg(t.prepare_ms), array_agg(t.run_ms)
+    INTO v_jobs, v_projects, v_commits, v_operations, v_states, v_reasons, v_tasks, v_codes,
+         v_tails, v_prepare, v_run
+    FROM unnest(p_jobs, p_exit_codes, p_log_tails, p_prepare_ms, p_run_ms)
+         AS t(job_id, exit_code, log_tail, prepare_ms, run_ms)
+    JOIN fleetq.jobs j ON j.id = t.job_id;
+    PERFORM fleetq.record_ended(v_jobs, v_projects, v_commits, v_operations, v_states,
+                                v_reasons, v_tasks, v_codes, v_tails, v_prepare, v_run);
+END;
+$function$;
+
+-- What every ending leaves, from the ended jobs' own fields (the caller has them: the
+-- outcome path from the update that ended them, so it reads no job again): the verdict,
+-- the task's notification, and the jobs waiting on these settled.
+CREATE OR REPLACE FUNCTION fleetq.record_ended(p_jobs bigint[], p_projects text[], p_commits text[], p_operations text[], p_states text[], p_reasons text[], p_tasks text[], p_exit_codes integer[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF coalesce(cardinality(p_jobs), 0) = 0 THEN
+        RETURN;
+    END IF;
     INSERT INTO fleetq.verdicts
         (job_id, project, commit_sha, operation, verdict, exit_code, reason, log_tail,
          prepare_ms, run_ms)
-    SELECT j.id, j.project, j.commit_sha, j.operation,
-           CASE j.state WHEN 'succeeded' THEN 'passed' ELSE j.state END,
-           t.exit_code, j.failure_reason, coalesce(t.log_tail, ''), t.prepare_ms, t.run_ms
-    FROM unnest(p_jobs, p_exit_codes, p_log_tails, p_prepare_ms, p_run_ms)
-         AS t(job_id, exit_code, log_tail, prepare_ms, run_ms)
-    JOIN fleetq.jobs j ON j.id = t.job_id
+    SELECT t.job_id, t.project, t.commit_sha, t.operation,
+           CASE t.state WHEN 'succeeded' THEN 'passed' ELSE t.state END,
+           t.exit_code, t.reason, coalesce(t.log_tail, ''), t.prepare_ms, t.run_ms
+    FROM unnest(p_jobs, p_projects, p_commits, p_operations, p_states, p_reasons,
+                p_exit_codes, p_log_tails, p_prepare_ms, p_run_ms)
+         AS t(job_id, project, commit_sha, operation, state, reason, exit_code, log_tail,
+              prepare_ms, run_ms)
     ON CONFLICT (job_id) DO NOTHING;  -- one outcome per job: a repeat changes nothing
 
     INSERT INTO fleetq.task_notifications (task_id, job_id, state, verdict)
-    SELECT j.task_id, j.id, j.state, CASE j.state WHEN 'succeeded' THEN 'passed' ELSE j.state END
-    FROM fleetq.jobs j
-    WHERE j.id = ANY (p_jobs) AND j.task_id IS NOT NULL;
+    SELECT t.task_id, t.job_id, t.state,
+           CASE t.state WHEN 'succeeded' THEN 'passed' ELSE t.state END
+    FROM unnest(p_jobs, p_tasks, p_states) AS t(job_id, task_id, state)
+    WHERE t.task_id IS NOT NULL;
 
     PERFORM fleetq.settle_dependents(p_jobs);  -- the jobs waiting on these
 END;
@@ -292,11 +331,17 @@ DECLARE
     v_stale bigint[];
     v_stale_versions bigint[];
     v_already bigint[];
-    v_ids bigint[];
+    v_states text[];
+    v_projects text[];
+    v_commits text[];
+    v_operations text[];
+    v_failures text[];
+    v_tasks text[];
     v_codes integer[];
     v_tails text[];
     v_prepare integer[];
     v_run integer[];
+    v_agos integer[];
     v_retried bigint[];
 BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o WHERE o NOT IN ('succeeded', 'failed', 'refused')) THEN
@@ -304,9 +349,13 @@ BEGIN
     END IF;
     PERFORM 1 FROM fleetq.jobs j WHERE j.id = ANY (p_jobs) ORDER BY j.id FOR UPDATE;
 
+    -- One pass over the jobs: the update that ends them returns all that the rest of
+    -- the outcome writes (reading them again cost a probe per job per statement).
     WITH input AS (
-        SELECT * FROM unnest(p_jobs, p_versions, p_outcomes, p_reasons)
-                 AS i(id, version, outcome, reason)
+        SELECT * FROM unnest(p_jobs, p_versions, p_outcomes, p_reasons, p_exit_codes,
+                             p_log_tails, p_prepare_ms, p_run_ms, p_ended_ago_ms)
+                 AS i(id, version, outcome, reason, exit_code, log_tail, prepare_ms, run_ms,
+                      ago)
     ),
     done AS (
         UPDATE fleetq.jobs j
@@ -324,11 +373,17 @@ BEGIN
         FROM input i
         WHERE j.id = i.id AND j.lease_owner = p_runner AND j.lease_version = i.version
           AND j.lease_expires_at IS NOT NULL
-        RETURNING j.id, j.lane, j.memory_mb, j.cpu_millis, j.lease_version, j.state
+        RETURNING j.id, j.lane, j.memory_mb, j.cpu_millis, j.lease_version, j.state,
+                  j.project, j.commit_sha, j.operation, j.failure_reason, j.task_id,
+                  i.exit_code, i.log_tail, i.prepare_ms, i.run_ms, i.ago
     )
     SELECT array_agg(d.id), array_agg(d.lane), array_agg(d.memory_mb), array_agg(d.cpu_millis),
-           array_agg(d.lease_version)
-    INTO v_done, v_lanes, v_memory, v_cpu, v_versions
+           array_agg(d.lease_version), array_agg(d.state), array_agg(d.project),
+           array_agg(d.commit_sha), array_agg(d.operation), array_agg(d.failure_reason),
+           array_agg(d.task_id), array_agg(d.exit_code), array_agg(d.log_tail),
+           array_agg(d.prepare_ms), array_agg(d.run_ms), array_agg(d.ago)
+    INTO v_done, v_lanes, v_memory, v_cpu, v_versions, v_states, v_projects, v_commits,
+         v_operations, v_failures, v_tasks, v_codes, v_tails, v_prepare, v_run, v_agos
     FROM done d;
 
     IF v_done IS NOT NULL THEN
@@ -340,36 +395,36 @@ BEGIN
             end_measured = CASE WHEN e.ended_at IS NULL THEN i.ago IS NOT NULL
                                 ELSE e.end_measured END,
             exit_code = i.exit_code, run_ms = i.run_ms
-        FROM unnest(p_jobs, p_versions, p_exit_codes, p_run_ms, p_ended_ago_ms)
+        FROM unnest(v_done, v_versions, v_codes, v_run, v_agos)
              AS i(id, version, exit_code, run_ms, ago)
-        WHERE e.job_id = i.id AND e.lease_version = i.version AND i.id = ANY (v_done);
-        SELECT array_agg(i.id ORDER BY i.n), array_agg(i.c ORDER BY i.n),
-               array_agg(i.t ORDER BY i.n), array_agg(i.p ORDER BY i.n), array_agg(i.r ORDER BY i.n)
-        INTO v_ids, v_codes, v_tails, v_prepare, v_run
-        FROM unnest(p_jobs, p_exit_codes, p_log_tails, p_prepare_ms, p_run_ms)
-             WITH ORDINALITY AS i(id, c, t, p, r, n)
-        WHERE i.id = ANY (v_done);
+        WHERE e.job_id = i.id AND e.lease_version = i.version;
         -- a failed attempt its operation retries waits for the next one instead of ending
         -- (nothing more is read when no outcome failed)
         v_retried := CASE WHEN 'failed' = ANY (p_outcomes)
-                          THEN fleetq.schedule_retries(v_ids, v_codes) ELSE '{}' END;
-        IF cardinality(v_retried) > 0 THEN
-            SELECT array_agg(i.id ORDER BY i.n), array_agg(i.c ORDER BY i.n),
-                   array_agg(i.t ORDER BY i.n), array_agg(i.p ORDER BY i.n),
-                   array_agg(i.r ORDER BY i.n)
-            INTO v_ids, v_codes, v_tails, v_prepare, v_run
-            FROM unnest(v_ids, v_codes, v_tails, v_prepare, v_run)
-                 WITH ORDINALITY AS i(id, c, t, p, r, n)
-            WHERE i.id <> ALL (v_retried);
+                          THEN fleetq.schedule_retries(v_done, v_codes) ELSE '{}' END;
+        IF cardinality(v_retried) = 0 THEN
+            PERFORM fleetq.record_ended(v_done, v_projects, v_commits, v_operations, v_states,
+                                        v_failures, v_tasks, v_codes, v_tails, v_prepare,
+                                        v_run);
+        ELSE
+            PERFORM fleetq.record_ended(array_agg(t.id), array_agg(t.project),
+                                        array_agg(t.commit_sha), array_agg(t.operation),
+                                        array_agg(t.state), array_agg(t.reason),
+                                        array_agg(t.task), array_agg(t.code),
+                                        array_agg(t.tail), array_agg(t.prepare),
+                                        array_agg(t.run))
+            FROM unnest(v_done, v_projects, v_commits, v_operations, v_states, v_failures,
+                        v_tasks, v_codes, v_tails, v_prepare, v_run)
+                 AS t(id, project, commit_sha, operation, state, reason, task, code, tail,
+                      prepare, run)
+            WHERE t.id <> ALL (v_retried);
         END IF;
-        PERFORM fleetq.record_outcomes(v_ids, v_codes, v_tails, v_prepare, v_run);
         INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version, detail)
-        SELECT CASE WHEN j.id = ANY (v_retried) THEN 'failed_attempt' ELSE j.state END,
-               j.id, p_runner, j.lease_version,
-               jsonb_build_object('exit_code', i.exit_code, 'reason', j.failure_reason)
-        FROM fleetq.jobs j
-        JOIN unnest(p_jobs, p_exit_codes) AS i(id, exit_code) ON i.id = j.id
-        WHERE j.id = ANY (v_done);
+        SELECT CASE WHEN t.id = ANY (v_retried) THEN 'failed_attempt' ELSE t.state END,
+               t.id, p_runner, t.version,
+               jsonb_build_object('exit_code', t.exit_code, 'reason', t.reason)
+        FROM unnest(v_done, v_states, v_versions, v_codes, v_failures)
+             AS t(id, state, version, exit_code, reason);
     END IF;
 
     -- Not done: either this same outcome committed earlier (reply lost), or stale.

@@ -111,6 +111,32 @@ async def test_a_named_failure_is_retried_then_the_last_is_the_verdict(
     assert verdict == 1  # one verdict, the last attempt's
 
 
+async def test_an_attempt_that_is_retried_has_not_ended_its_job(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """Between attempts there is no verdict and no task notification, and a job
+    submitted after this one keeps waiting: a failure that is retried is not an end."""
+    runner = await fleet.runner(driver)
+    job = (
+        await producer.submit(
+            driver, project="tools", operation="lint", commit=SHA, submitted_by="a", task_id="t"
+        )
+    ).job_id
+    after = await producer.submit(
+        driver, project="tools", operation="lint", commit=SHA, submitted_by="a", after=[job]
+    )
+    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=5)
+    await _fail(driver, runner, claim, "exit", 75)
+    assert (await readers.job(driver, job)).state == JobState.WAITING
+    assert (await readers.job(driver, after.job_id)).state == JobState.WAITING
+    ended = sync_conn.execute(
+        "SELECT (SELECT count(*) FROM fleetq.verdicts WHERE job_id = $1), "
+        "(SELECT count(*) FROM fleetq.task_notifications WHERE job_id = $1)",
+        [job],
+    ).fetchone()
+    assert ended == (0, 0)
+
+
 @pytest.mark.parametrize(("reason", "code"), [("exit", 1), ("timeout", 0)])
 async def test_failures_the_policy_does_not_name_end_the_job(
     driver: Driver, reason: str, code: int
