@@ -270,6 +270,7 @@ BEGIN
                      count(*) AS n
               FROM taken) t
         WHERE rr.id = p_runner AND t.n > 0
+          AND (t.memory <> 0 OR t.cpu <> 0)  -- nothing to reserve: no write (as give_back)
     ),
     reserve_slots AS (
         UPDATE fleetq.runner_lanes rl

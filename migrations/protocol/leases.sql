@@ -89,7 +89,10 @@ BEGIN
     FROM (SELECT runner, sum(memory)::integer AS memory, sum(cpu)::integer AS cpu
           FROM unnest(p_runners, p_memory, p_cpu) AS t(runner, memory, cpu)
           GROUP BY runner) g
-    WHERE r.id = g.runner;
+    WHERE r.id = g.runner
+      -- jobs that reserved nothing give nothing back: no write (and no CHECK of the
+      -- runner's row, which PostgreSQL re-reads from the catalog per statement that writes)
+      AND (g.memory <> 0 OR g.cpu <> 0);
     UPDATE fleetq.runner_lanes l
     SET slots_used = l.slots_used - g.n
     FROM (SELECT runner, lane, count(*)::integer AS n

@@ -101,6 +101,25 @@ async def test_claim_bumps_the_token_and_reserves_capacity(driver: Driver) -> No
     assert await _reserved(driver, runner) == (256, 500, {"checks": [4, 1], "control": [1, 0]})
 
 
+@pytest.mark.parametrize(("memory", "cpu"), [(256, 0), (0, 500), (0, 0)])
+async def test_a_claim_reserves_and_its_outcome_gives_back_exactly_what_its_job_needs(
+    driver: Driver, sync_conn: SyncConnection, memory: int, cpu: int
+) -> None:
+    """Either resource alone, or neither (a claim and an outcome that reserve nothing skip
+    the runner's row: that shortcut must not drop a reservation of one resource)."""
+    sync_conn.execute(
+        "UPDATE fleetq.operations SET memory_mb = $1, cpu_millis = $2 "
+        "WHERE project = 'tools' AND name = 'lint'",
+        [memory, cpu],
+    )
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    assert (await _reserved(driver, runner))[:2] == (memory, cpu)
+    assert await leasing.complete(driver, runner=runner, outcome=_outcome(claim)) == WriteStatus.OK
+    assert (await _reserved(driver, runner))[:2] == (0, 0)
+
+
 async def test_lease_expiry_is_database_time(driver: Driver, sync_conn: SyncConnection) -> None:
     sync_conn.execute("UPDATE fleetq.settings SET value = '45' WHERE name = 'lease_seconds'")
     runner = await fleet.runner(driver)
