@@ -1,6 +1,6 @@
 -- Protocol: dependencies between jobs (`submit --after`). A job with unmet dependencies
 -- is `waiting`, outside the queued index (the claim pays nothing for it). When a job
--- ends, record_outcomes (which every ending passes through) settles the jobs waiting on
+-- ends, record_ended (which every ending passes through) settles the jobs waiting on
 -- it here: one that failed, was refused or cancelled cancels them, naming it; the last
 -- one to succeed queues them.
 --
