@@ -6,7 +6,7 @@
 The throughput benchmark's per-job figures mix what a call costs with how many jobs it
 carries. This measures the calls a job makes, one job each, as the steady stream makes
 them: a submit, a claim of one job, an outcome of one job (of an in-process handler's
-job: its execution is recorded at the claim), and `SELECT 1` for the floor. Then a
+job: its execution is written at the outcome, once), and `SELECT 1` for the floor. Then a
 runner's steady state under a backlog for each batch size: outcomes of a batch carrying
 the claim of the next (fleetq.complete_and_claim), per call and per job; the cycles run
 in order on one database, so a later one also shows what the history left by the

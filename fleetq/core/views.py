@@ -180,7 +180,7 @@ class ExecutionRow(_View):
     lease_version: int
     runner_id: str
     node: str
-    run_id: UUID
+    run_id: UUID | None  # a running handler's has none until its lease ends
     pid: int | None
     claimed_at: datetime | None
     launched_at: datetime | None

@@ -64,7 +64,7 @@ class Execution:
     lane: str
     # the run's id, when it is already known (an adopted run's, from the journal); else
     # `run_id` makes one when first asked, which only a command's launch does (a
-    # handler's execution is recorded with an id of the database's): a uuid4 per job
+    # handler's execution gets an id of the database's, at its lease's end): a uuid4 per job
     # was a measurable share of a runner's CPU under a backlog
     known_run_id: uuid.UUID | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)

@@ -210,8 +210,8 @@ class LeaseKeeping(RunnerBase):
 
     async def _close_unrun_executions(self) -> None:
         """Executions of this runner with no end, whose lease moved on while nothing ran
-        here (a handler's claim records its execution; if the reply was lost and the
-        lease expired, this runner never ran it), are closed with their end bounded by
+        here (an expired handler's lease records its execution open; if the claim's
+        reply was lost, this runner never ran it), are closed with their end bounded by
         now: nothing else would ever close them. Run by the strays pass and at shutdown."""
         here = {(ex.claim.job_id, ex.claim.lease_version) for ex in self.executions.values()}
         here |= set(self._superseded.values())

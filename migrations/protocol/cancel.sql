@@ -25,6 +25,7 @@ BEGIN
         RETURN;
     END IF;
     v_live := j.state IN ('claimed', 'running');
+    PERFORM fleetq.record_handler_runs(ARRAY[p_job]);  -- before its lease ends
     -- Terminal at once (DESIGN §1.7); the lease ends, so any write by the old owner is
     -- stale from here on, but the capacity stays reserved until the runner confirms the
     -- stop: cancellation is not a stop.

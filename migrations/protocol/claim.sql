@@ -281,18 +281,9 @@ BEGIN
     logged AS (
         INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version)
         SELECT 'claimed', t.id, p_runner, t.lease_version FROM taken t
-    ),
-    started AS (
-        -- An in-process handler starts when it is claimed: its execution is recorded
-        -- now, so a handler frozen past its lease shows its overlap with the next token.
-        INSERT INTO fleetq.executions
-            (job_id, lease_version, runner_id, node, run_id, launched_at, start_reported_at)
-        SELECT t.id, t.lease_version, p_runner, r.node, gen_random_uuid(), t.claimed_at,
-               t.claimed_at
-        FROM taken t
-        JOIN fleetq.operations o ON o.project = t.project AND o.name = t.operation
-        WHERE o.handler IS NOT NULL
     )
+    -- An in-process handler starts now, yet its execution is no row until its lease
+    -- ends (fleetq.record_handler_runs): till then the job's row is its record.
     SELECT t.id, t.lease_version, t.lease_expires_at, t.project, t.operation, t.commit_sha,
            t.requested_node, t.payload, t.task_id, t.timeout_s, t.memory_mb, t.cpu_millis,
            t.priority_class, t.reassign_count, t.lost_count, t.traceparent

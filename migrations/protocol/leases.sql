@@ -109,6 +109,33 @@ BEGIN
 END;
 $function$;
 
+-- An in-process handler's execution is no row while its lease lives: the job's row is
+-- its record (the runner, the token, the start: claimed_at), and writing it at the claim
+-- and again at the outcome cost a tenth of a job's server CPU (migration 0025). So
+-- whatever ends such a lease records it, in the transaction that ends the lease and
+-- before it does: the outcome writes it ended (complete_unchecked); every other end
+-- (cancel, release, a reported loss, expiry, a confirmed stop) calls this first, which
+-- writes it open, as the handler may still run (a frozen one whose lease expired): it
+-- stays open until its stop is confirmed or its stale outcome arrives. The caller holds
+-- the jobs locked. Jobs that are not a handler's, not live, or recorded already: nothing.
+CREATE OR REPLACE FUNCTION fleetq.record_handler_runs(p_jobs bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    INSERT INTO fleetq.executions
+        (job_id, lease_version, runner_id, node, run_id, launched_at, start_reported_at)
+    SELECT j.id, j.lease_version, j.lease_owner, r.node, gen_random_uuid(), j.claimed_at,
+           j.claimed_at
+    FROM fleetq.jobs j
+    JOIN fleetq.operations o ON o.project = j.project AND o.name = j.operation
+    JOIN fleetq.runners r ON r.id = j.lease_owner
+    WHERE j.id = ANY (p_jobs) AND j.state IN ('claimed', 'running') AND o.handler IS NOT NULL
+    ORDER BY j.id
+    ON CONFLICT (job_id, lease_version) DO NOTHING;
+END;
+$function$;
+
 CREATE OR REPLACE FUNCTION fleetq.record_outcomes(p_jobs bigint[], p_exit_codes integer[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[])
  RETURNS void
  LANGUAGE plpgsql
@@ -345,6 +372,7 @@ DECLARE
     v_prepare integer[];
     v_run integer[];
     v_agos integer[];
+    v_claimed timestamptz[];
     v_retried bigint[];
 BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o WHERE o NOT IN ('succeeded', 'failed', 'refused')) THEN
@@ -378,21 +406,27 @@ BEGIN
           AND j.lease_expires_at IS NOT NULL
         RETURNING j.id, j.lane, j.memory_mb, j.cpu_millis, j.lease_version, j.state,
                   j.project, j.commit_sha, j.operation, j.failure_reason, j.task_id,
-                  i.exit_code, i.log_tail, i.prepare_ms, i.run_ms, i.ago
+                  j.claimed_at, i.exit_code, i.log_tail, i.prepare_ms, i.run_ms, i.ago
     )
     SELECT array_agg(d.id), array_agg(d.lane), array_agg(d.memory_mb), array_agg(d.cpu_millis),
            array_agg(d.lease_version), array_agg(d.state), array_agg(d.project),
            array_agg(d.commit_sha), array_agg(d.operation), array_agg(d.failure_reason),
            array_agg(d.task_id), array_agg(d.exit_code), array_agg(d.log_tail),
-           array_agg(d.prepare_ms), array_agg(d.run_ms), array_agg(d.ago)
+           array_agg(d.prepare_ms), array_agg(d.run_ms), array_agg(d.ago),
+           array_agg(d.claimed_at)
     INTO v_done, v_lanes, v_memory, v_cpu, v_versions, v_states, v_projects, v_commits,
-         v_operations, v_failures, v_tasks, v_codes, v_tails, v_prepare, v_run, v_agos
+         v_operations, v_failures, v_tasks, v_codes, v_tails, v_prepare, v_run, v_agos,
+         v_claimed
     FROM done d;
 
     IF v_done IS NOT NULL THEN
         -- a live lease held its owner's capacity (CHECK on jobs): give it back
         PERFORM fleetq.give_back(array_fill(p_runner, ARRAY[cardinality(v_done)]), v_lanes,
                                  v_memory, v_cpu);
+        -- The execution's end: a command's row exists since its start report (one that
+        -- never launched has none and gets none); a handler's is written now, whole
+        -- (fleetq.record_handler_runs says why), unless an earlier end of its lease wrote
+        -- it open (the update ends it).
         UPDATE fleetq.executions e
         SET ended_at = coalesce(e.ended_at, fleetq.measured_end(e.launched_at, i.ago)),
             end_measured = CASE WHEN e.ended_at IS NULL THEN i.ago IS NOT NULL
@@ -401,6 +435,20 @@ BEGIN
         FROM unnest(v_done, v_versions, v_codes, v_run, v_agos)
              AS i(id, version, exit_code, run_ms, ago)
         WHERE e.job_id = i.id AND e.lease_version = i.version;
+        INSERT INTO fleetq.executions
+            (job_id, lease_version, runner_id, node, run_id, launched_at, start_reported_at,
+             ended_at, end_measured, exit_code, run_ms)
+        SELECT i.id, i.version, p_runner,
+               (SELECT r.node FROM fleetq.runners r WHERE r.id = p_runner),
+               gen_random_uuid(), i.claimed_at, i.claimed_at,
+               fleetq.measured_end(i.claimed_at, i.ago), i.ago IS NOT NULL, i.exit_code,
+               i.run_ms
+        FROM unnest(v_done, v_versions, v_codes, v_run, v_agos, v_claimed, v_projects,
+                    v_operations)
+             AS i(id, version, exit_code, run_ms, ago, claimed_at, project, operation)
+        JOIN fleetq.operations o ON o.project = i.project AND o.name = i.operation
+        WHERE o.handler IS NOT NULL
+        ON CONFLICT (job_id, lease_version) DO NOTHING;
         -- a failed attempt its operation retries waits for the next one instead of ending
         -- (nothing more is read when no outcome failed)
         v_retried := CASE WHEN 'failed' = ANY (p_outcomes)
@@ -531,6 +579,7 @@ BEGIN
     IF v_answer IS NOT NULL THEN
         RETURN v_answer;
     END IF;
+    PERFORM fleetq.record_handler_runs(ARRAY[p_job]);
     SELECT * INTO j FROM fleetq.jobs WHERE id = p_job;
     v_fail := p_fenced AND j.reassign_count + 1 > fleetq.setting_int('reassignment_cap');
     UPDATE fleetq.jobs
@@ -589,6 +638,7 @@ BEGIN
     IF v_answer IS NOT NULL THEN
         RETURN v_answer;
     END IF;
+    PERFORM fleetq.record_handler_runs(ARRAY[p_job]);
     SELECT * INTO j FROM fleetq.jobs WHERE id = p_job;
     v_requeue := j.lost_count = 0;
     UPDATE fleetq.jobs
@@ -638,6 +688,9 @@ BEGIN
     SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown job %', p_job USING ERRCODE = 'FQ004';
+    END IF;
+    IF j.lease_owner = p_runner AND j.lease_version = p_version THEN
+        PERFORM fleetq.record_handler_runs(ARRAY[p_job]);  -- a stop under a live lease
     END IF;
     UPDATE fleetq.executions
     SET ended_at = coalesce(ended_at, fleetq.measured_end(launched_at, p_ended_ago_ms)),

@@ -54,20 +54,31 @@ DECLARE
     v_failed bigint[];
     v_failed_versions bigint[];
     v_free text[];
+    v_expired bigint[];
+    v_reserved text[];
 BEGIN
     IF NOT pg_try_advisory_xact_lock(7365657071) THEN  -- "reaper": one leader per moment
         RETURN QUERY SELECT 0, 0, false;
         RETURN;
     END IF;
     PERFORM fleetq.recount_reservations();
+    SELECT array_agg(e.id), array_agg(e.reserved_on) INTO v_expired, v_reserved
+    FROM (SELECT j.id, j.reserved_on
+          FROM fleetq.jobs j
+          WHERE j.state IN ('claimed', 'running')
+            AND j.lease_expires_at < coalesce(p_now, clock_timestamp())
+          ORDER BY j.lease_expires_at, j.id
+          LIMIT p_limit
+          FOR UPDATE SKIP LOCKED) e;
+    IF v_expired IS NULL THEN
+        RETURN QUERY SELECT 0, 0, true;
+        RETURN;
+    END IF;
+    -- a handler may run on past its lease (frozen): its execution is recorded open now,
+    -- while its job's row still names it, so its overlap with the next token shows
+    PERFORM fleetq.record_handler_runs(v_expired);
     WITH expired AS (
-        SELECT j.id, j.reserved_on
-        FROM fleetq.jobs j
-        WHERE j.state IN ('claimed', 'running')
-          AND j.lease_expires_at < coalesce(p_now, clock_timestamp())
-        ORDER BY j.lease_expires_at, j.id
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
+        SELECT * FROM unnest(v_expired, v_reserved) AS e(id, reserved_on)
     ),
     moved AS (
         UPDATE fleetq.jobs j

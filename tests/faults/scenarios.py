@@ -390,7 +390,8 @@ def check(
     # a round trip where the runner could watch its run end (a partition, not a SIGSTOP)
     unended = q(
         "SELECT x.job_id, x.lease_version, x.runner_id, x.pid, x.stop_reason, j.operation, "
-        "j.state, j.lease_version FROM fleetq.executions x JOIN fleetq.jobs j ON j.id = x.job_id "
+        "j.state, j.lease_version FROM fleetq.all_executions x "
+        "JOIN fleetq.jobs j ON j.id = x.job_id "
         "WHERE x.ended_at IS NULL"
     )
     if unended:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fleetq.core import eligibility, leasing, producer, readers, views
+from fleetq.core import eligibility, leasing, producer, readers, stats, views
 from fleetq.core import fleet as fleet_api
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
@@ -827,11 +827,25 @@ async def test_a_stale_outcome_closes_the_zombie_s_own_execution(
     assert (job.state, job.lease_owner, job.lease_version) == (JobState.CLAIMED, b, 2)
 
 
-async def test_a_handler_s_execution_is_recorded_at_its_claim(
+def _executions(sync_conn: SyncConnection, table: str) -> list[tuple[object, ...]]:
+    return [
+        tuple(r)
+        for r in sync_conn.execute(
+            "SELECT x.job_id, x.lease_version, x.runner_id, x.node, x.launched_at = "
+            "j.claimed_at, x.start_reported_at = j.claimed_at, x.ended_at IS NOT NULL, "
+            f"x.stop_reason, x.stop_requested_at IS NOT NULL FROM {table} x "
+            "JOIN fleetq.jobs j ON j.id = x.job_id "
+            "ORDER BY x.job_id, x.lease_version"
+        ).fetchall()
+    ]
+
+
+async def test_a_handler_s_execution_runs_from_its_claim_and_is_a_row_once_its_lease_ends(
     driver: Driver, sync_conn: SyncConnection
 ) -> None:
-    """Handlers run inside the runner and had no executions row, so a handler frozen past
-    its lease overlapped its next token invisibly; for them the claim is the launch."""
+    """A handler starts when it is claimed: the readers of executions (overlaps, the
+    console, the report) see it from then on, launched at its claim, though the row is
+    written only when its lease ends (once per job instead of twice: issue 18)."""
     sync_conn.execute(
         "INSERT INTO fleetq.operations (project, name, lane, handler) "
         "VALUES ('tools', 'inline', 'checks', 'tests.handlers:record_effect')"
@@ -840,9 +854,117 @@ async def test_a_handler_s_execution_is_recorded_at_its_claim(
     await _job(driver, "inline")
     await _job(driver, "lint")
     claims = await leasing.claim(driver, runner=runner, lane="checks", limit=2)
-    rows = sync_conn.execute(
-        "SELECT x.job_id, x.lease_version, x.runner_id, x.pid, x.launched_at = j.claimed_at "
-        "FROM fleetq.executions x JOIN fleetq.jobs j ON j.id = x.job_id"
-    ).fetchall()
     inline = next(c for c in claims if c.operation == "inline")
-    assert rows == [(inline.job_id, inline.lease_version, runner, None, True)]
+    assert _executions(sync_conn, "fleetq.executions") == []
+    assert _executions(sync_conn, "fleetq.all_executions") == [
+        (inline.job_id, inline.lease_version, runner, "node-a", True, True, False, None, False)
+    ]
+    # the command's execution is its start report's, never the claim's
+    lint = next(c for c in claims if c.operation == "lint")
+    await leasing.complete(driver, runner=runner, outcome=_outcome(lint))
+    await leasing.complete(driver, runner=runner, outcome=_outcome(inline))
+    assert _executions(sync_conn, "fleetq.executions") == [
+        (inline.job_id, inline.lease_version, runner, "node-a", True, True, True, None, False)
+    ]
+    assert _executions(sync_conn, "fleetq.all_executions") == _executions(
+        sync_conn, "fleetq.executions"
+    )
+
+
+@pytest.mark.parametrize("end", ["expiry", "cancel", "release", "lost", "stop"])
+async def test_every_end_of_a_handler_s_lease_records_its_execution(
+    driver: Driver, sync_conn: SyncConnection, end: str
+) -> None:
+    """Whatever ends a handler's lease but its outcome writes its execution first, while
+    the job's row still names it: open where the handler may run on (an expired lease:
+    a frozen handler; a cancel: stop requested), so the overlap with the next token shows
+    until the stop is confirmed or the stale outcome arrives; closed where the runner
+    said it is gone. Commands' claims that launched nothing still get no row."""
+    sync_conn.execute(
+        "INSERT INTO fleetq.operations (project, name, lane, handler) "
+        "VALUES ('tools', 'inline', 'checks', 'tests.handlers:record_effect')"
+    )
+    runner = await fleet.runner(driver)
+    await _job(driver, "inline")
+    await _job(driver, "lint")
+    claims = await leasing.claim(driver, runner=runner, lane="checks", limit=2)
+    for claim in claims:
+        if end == "expiry":
+            sync_conn.execute(
+                "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s'"
+            )
+            await leasing.reap(driver)
+        elif end == "cancel":
+            await producer.cancel(driver, job_id=claim.job_id, actor="ops")
+        elif end == "release":
+            await leasing.release(
+                driver,
+                runner=runner,
+                job_id=claim.job_id,
+                token=claim.lease_version,
+                reason="shutdown",
+            )
+        elif end == "lost":
+            await leasing.report_lost(
+                driver,
+                runner=runner,
+                job_id=claim.job_id,
+                token=claim.lease_version,
+                reason="launched nothing",
+            )
+        else:
+            await leasing.confirm_stop(
+                driver,
+                runner=runner,
+                job_id=claim.job_id,
+                token=claim.lease_version,
+                signal=None,
+                reason="timeout",
+            )
+    inline = next(c for c in claims if c.operation == "inline")
+    expected = {
+        "expiry": (False, None, False),
+        "cancel": (False, None, True),
+        "release": (True, "shutdown", False),
+        "lost": (True, "lost", False),
+        "stop": (True, "timeout", False),
+    }[end]
+    assert _executions(sync_conn, "fleetq.executions") == [
+        (inline.job_id, inline.lease_version, runner, "node-a", True, True, *expected)
+    ]
+    assert _executions(sync_conn, "fleetq.all_executions") == _executions(
+        sync_conn, "fleetq.executions"
+    )
+
+
+async def test_a_frozen_handler_s_overlap_with_its_next_holder_shows_while_both_run(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """A handler frozen past its lease and its job's next holder, also a handler, both
+    run: neither has a finished row, the newer none at all (its lease lives), yet
+    `fleetq overlaps`, the console's alert and the job's detail each show both."""
+    sync_conn.execute(
+        "INSERT INTO fleetq.operations (project, name, lane, handler) "
+        "VALUES ('tools', 'inline', 'checks', 'tests.handlers:record_effect')"
+    )
+    a = await fleet.runner(driver)
+    b = await fleet.runner(driver, "r2")
+    job = await _job(driver, "inline")
+    frozen = await _claim_one(driver, a)
+    sync_conn.execute(
+        "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s'"
+    )
+    await leasing.reap(driver)
+    newer = await _claim_one(driver, b)
+    assert (newer.job_id, newer.lease_version) == (job, frozen.lease_version + 1)
+
+    (window,) = await stats.overlaps(driver, open_only=True)
+    assert (window.job_id, window.older_token, window.newer_token) == (job, 1, 2)
+    assert (window.older_runner, window.newer_runner) == (a, b)
+    overview = await views.overview(driver)
+    assert [o.job_id for o in overview.alerts.open_overlaps] == [job]
+    detail = await views.job_detail(driver, job)
+    assert [(x.lease_version, x.runner_id, x.ended_at) for x in detail.executions] == [
+        (1, a, None),
+        (2, b, None),
+    ]

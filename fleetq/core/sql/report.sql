@@ -24,7 +24,7 @@ SELECT j.id AS job_id, j.project, j.operation, j.state, j.lease_owner, j.lease_v
        x.launched_at,
        extract(epoch FROM clock_timestamp() - x.launched_at)::float8 AS running_s
 FROM fleetq.jobs j
-LEFT JOIN fleetq.executions x ON x.job_id = j.id AND x.lease_version = j.lease_version
+LEFT JOIN fleetq.all_executions x ON x.job_id = j.id AND x.lease_version = j.lease_version
 WHERE j.id = ANY ($1::bigint[]) AND j.state IN ('queued', 'claimed', 'running')
 ORDER BY x.launched_at DESC NULLS LAST, j.id;
 

@@ -1,7 +1,9 @@
 -- Overlap windows and fleet statistics, read from executions and events.
 
 -- name: stats_overlaps
--- Intervals where two executions of one job (different tokens) were alive at once.
+-- Intervals where two executions of one job (different tokens) were alive at once
+-- (a running handler's execution included, which is no row until its lease ends:
+-- fleetq.all_executions).
 -- An execution lives from its launch (the runner's report of the process start) until
 -- its end was recorded; an open end means it may still run. The window's end is
 -- "confirmed" when the execution that ends it has a recorded end: an outcome, or a stop
@@ -27,8 +29,8 @@ SELECT a.job_id,
             WHEN b.ended_at IS NULL OR a.ended_at <= b.ended_at THEN a.end_measured
             ELSE b.end_measured AND (a.ended_at IS NULL OR a.end_measured) END AS end_measured,
        a.stop_reason AS older_stop_reason
-FROM fleetq.executions a
-JOIN fleetq.executions b
+FROM fleetq.all_executions a
+JOIN fleetq.all_executions b
   ON b.job_id = a.job_id AND b.lease_version > a.lease_version
 WHERE a.launched_at IS NOT NULL AND b.launched_at IS NOT NULL
   AND b.launched_at < coalesce(a.ended_at, 'infinity')

@@ -129,7 +129,7 @@ SELECT (SELECT count(*) FROM fleetq.jobs
        (SELECT count(*) FROM fleetq.runners
         WHERE state_reason LIKE 'stop-unconfirmed%') AS stops_unconfirmed,
        (SELECT coalesce(sum(jobs), 0) FROM unplaceable) AS unplaceable,
-       ARRAY(SELECT job_id FROM fleetq.executions WHERE ended_at IS NULL
+       ARRAY(SELECT job_id FROM fleetq.all_executions WHERE ended_at IS NULL
              GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id) AS overlapping_jobs;
 
 -- name: views_jobs
@@ -169,13 +169,14 @@ FROM (SELECT 1
       LIMIT $8::integer) capped;
 
 -- name: views_executions
--- Every execution of a job, by fencing token, with its claim time from the events.
+-- Every execution of a job, by fencing token, with its claim time from the events (a
+-- running handler's too, which is no row yet: fleetq.all_executions).
 -- $1 job
 SELECT x.*,
        (SELECT min(e.at) FROM fleetq.events e
         WHERE e.job_id = x.job_id AND e.kind = 'claimed'
           AND e.lease_version = x.lease_version) AS claimed_at
-FROM fleetq.executions x
+FROM fleetq.all_executions x
 WHERE x.job_id = $1::bigint
 ORDER BY x.lease_version;
 
