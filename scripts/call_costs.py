@@ -2,6 +2,7 @@
 
     uv run python scripts/call_costs.py [--dsn DSN] [--calls 500] [--batches 1,8,32,256]
                                         [--only-cycles] [--setup FILE.sql]
+                                        [--against FILE.sql [--rounds 10]]
 
 The throughput benchmark's per-job figures mix what a call costs with how many jobs it
 carries. This measures the calls a job makes, one job each, as the steady stream makes
@@ -15,16 +16,29 @@ earlier ones costs. Each call's CPU is the server backend's own user+system time
 does). Prints one line per call: backend CPU and wall time per call, in ms. Uses a
 scratch database, dropped afterwards; `--setup` runs SQL in it first (to try a schema
 change: drop an index, say, and compare).
+
+`--against FILE.sql` compares instead of measuring: only the cycles, on two scratch
+databases side by side, A as `--setup` leaves it and B with FILE.sql run too, their calls
+alternating in blocks (A B B A ...) so that the machine's drift, which on a shared
+machine is tens of percent within minutes, falls on both alike. Prints each side's CPU
+per job and B/A. To compare this tree with an older revision's protocol:
+
+    for f in migrations/protocol/*.sql; do git show REV:$f; done > old.sql
+    uv run python scripts/call_costs.py --against old.sql    # B/A > 1: REV cost more
+
+(the revisions' numbered migrations must agree: only the protocol files are swapped).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,23 +72,11 @@ def measure(name: str, pid: int, calls: int, call: Callable[[], object], jobs: i
 
 
 def run(conn: SyncConnection, calls: int, batches: list[int], only_cycles: bool) -> None:
-    # room for every job the cycles leave held (each leaves its last claim)
-    runner = factories.runner(
-        conn, lanes={"checks": 100_000}, memory_mb=100_000_000, cpu_millis=100_000_000
-    )
-    project, operation = factories.operation(conn)
-    conn.execute(
-        "UPDATE fleetq.operations SET handler = 'bench:noop', command = NULL "
-        "WHERE project = $1 AND name = $2",
-        [project, operation],
-    )
-    (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone() or (0,)
-    if not Path(f"/proc/{pid}").exists():
-        raise SystemExit("the server's backend is not on this machine: no CPU to read")
+    s = prepare(conn, "A")
     if not only_cycles:
-        single_calls(conn, pid, runner, project, operation, calls)
+        single_calls(conn, s.pid, s.runner, s.project, s.operation, calls)
     for batch in batches:
-        cycle(conn, pid, runner, project, operation, batch, max(20, 20 * calls // batch))
+        cycle(conn, s.pid, s.runner, s.project, s.operation, batch, max(20, 20 * calls // batch))
 
 
 def single_calls(
@@ -115,10 +117,23 @@ def cycle(
 ) -> None:
     """A runner's steady state under a backlog: outcomes of `batch` jobs carrying the claim
     of the next `batch` (fleetq.complete_and_claim), per call and per job."""
-    # the runner has no heartbeat loop here: alive as of now (offline after 30 s)
+    one = cycle_call(conn, runner, project, operation, batch, calls)
+    measure(f"cycle {batch}", pid, calls, one, jobs=batch)
+
+
+def beat(conn: SyncConnection, runner: str) -> None:
+    """The runner has no heartbeat loop here: alive as of now (offline after 30 s)."""
     conn.execute(
         "UPDATE fleetq.runners SET last_heartbeat_at = clock_timestamp() WHERE id = $1", [runner]
     )
+
+
+def cycle_call(
+    conn: SyncConnection, runner: str, project: str, operation: str, batch: int, calls: int
+) -> Callable[[], None]:
+    """A backlog for `calls` cycles of `batch` (and a few more), the first claim made; the
+    call that settles the held batch and claims the next."""
+    beat(conn, runner)
     backlog = batch * (calls + 3)
     n = [None] * backlog
     conn.execute(
@@ -164,7 +179,65 @@ def cycle(
         if len(held) != batch:  # the cycle would measure less than it says
             raise SystemExit(f"cycle {batch}: a claim took {len(held)} jobs")
 
-    measure(f"cycle {batch}", pid, calls, one, jobs=batch)
+    return one
+
+
+@dataclass
+class Side:
+    """One scratch database of a paired comparison, ready to cycle."""
+
+    name: str
+    conn: SyncConnection
+    pid: int
+    runner: str
+    project: str
+    operation: str
+    cpu_s: float = 0.0
+
+
+def paired(sides: list[Side], calls: int, batches: list[int], rounds: int) -> None:
+    """Each cycle on both sides, in `rounds` blocks each, alternating A B B A ..."""
+    for batch in batches:
+        block = max(1, max(20, 20 * calls // batch) // rounds)  # as many calls as `run`'s
+        ones = [
+            cycle_call(s.conn, s.runner, s.project, s.operation, batch, block * rounds)
+            for s in sides
+        ]
+        for s, one in zip(sides, ones, strict=True):
+            s.cpu_s = 0.0
+            one()
+            one()
+        for r in range(rounds):
+            order = [0, 1] if r % 2 == 0 else [1, 0]
+            for i in order:
+                s, one = sides[i], ones[i]
+                beat(s.conn, s.runner)  # outside the measured calls
+                cpu = backend_cpu_s(s.pid)
+                for _ in range(block):
+                    one()
+                s.cpu_s += backend_cpu_s(s.pid) - cpu
+        per_job = [1000 * s.cpu_s / (block * rounds) / batch for s in sides]
+        print(
+            f"cycle {batch:<6} A {per_job[0]:6.3f} ms/job   B {per_job[1]:6.3f} ms/job   "
+            f"B/A {per_job[1] / per_job[0]:5.3f}   ({rounds} blocks of {block} calls each)"
+        )
+
+
+def prepare(conn: SyncConnection, name: str) -> Side:
+    """A runner with room for every job the cycles leave held, and a no-op handler."""
+    runner = factories.runner(
+        conn, lanes={"checks": 100_000}, memory_mb=100_000_000, cpu_millis=100_000_000
+    )
+    project, operation = factories.operation(conn)
+    conn.execute(
+        "UPDATE fleetq.operations SET handler = 'bench:noop', command = NULL "
+        "WHERE project = $1 AND name = $2",
+        [project, operation],
+    )
+    (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone() or (0,)
+    if not Path(f"/proc/{pid}").exists():
+        raise SystemExit("the server's backend is not on this machine: no CPU to read")
+    return Side(name, conn, pid, runner, project, operation)
 
 
 def main() -> int:
@@ -181,15 +254,31 @@ def main() -> int:
         "--setup", type=Path, help="SQL file run in the scratch database first (experiments)"
     )
     parser.add_argument("--only-cycles", action="store_true", help="measure the cycles alone")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="compare: cycles on two databases, B with this SQL file run too (see above)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=10, help="with --against: blocks per side and cycle"
+    )
     args = parser.parse_args()
     server = resolve_dsn(args.dsn)
-    with (
-        migrate.scratch_database(server, "fleetq_call_costs") as dsn,
-        connect(dsn, autocommit=True) as conn,
-    ):
-        if args.setup:
-            conn.execute(args.setup.read_text())
-        run(conn, args.calls, args.batches, args.only_cycles)
+    with contextlib.ExitStack() as stack:
+        sides = []
+        for name in ["A", "B"] if args.against else ["A"]:
+            dsn = stack.enter_context(migrate.scratch_database(server, f"fleetq_call_costs_{name}"))
+            conn = stack.enter_context(connect(dsn, autocommit=True))
+            if args.setup:
+                conn.execute(args.setup.read_text())
+            if name == "B":
+                conn.execute(args.against.read_text())
+            sides.append(conn)
+        if not args.against:
+            run(sides[0], args.calls, args.batches, args.only_cycles)
+            return 0
+        pairs = [prepare(conn, name) for conn, name in zip(sides, "AB", strict=True)]
+        paired(pairs, args.calls, args.batches, args.rounds)
     return 0
 
 

@@ -114,6 +114,98 @@ BEGIN
 END;
 $function$;
 
+-- What a claim takes of the jobs it holds, under its runner's lock: stage two of
+-- fleetq.claim_unchecked, a function of its own for its plan. Planned for each call's own
+-- values it cost more to plan than to run (0.55 ms for a claim of one job:
+-- pg_stat_statements with track_planning), and whether PostgreSQL kept a generic plan or
+-- planned again on every call turned on the costs it saw in its first five calls (taking
+-- one statement out of the claim flipped it). It probes the held jobs by key whatever the
+-- values, so the generic plan is always the right one, and forced here. Stage one, the
+-- walk over jobs_queued, is left to PostgreSQL (its generic plan sorted the whole lane:
+-- test_query_plans.py).
+CREATE OR REPLACE FUNCTION fleetq.claim_take(p_runner text, p_lane text, p_limit integer, p_claim_id uuid, p_held bigint[], p_node text, p_capabilities text[], p_state text, p_offline boolean, p_free_memory integer, p_free_cpu integer, p_slots integer, p_slots_used integer, p_lane_room bigint, p_cap_projects text[], p_cap_rooms bigint[], p_full_projects text[], p_lease interval)
+ RETURNS TABLE(job_id bigint, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint, traceparent text)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH candidates AS (
+        -- The held jobs that still qualify under the lock, in priority order.
+        SELECT j.id, j.project, j.memory_mb, j.cpu_millis, j.priority_class, j.created_at
+        FROM fleetq.jobs j
+        WHERE j.id = ANY (p_held)
+          AND fleetq.eligible(j.capabilities, j.requested_node, j.memory_mb, j.cpu_millis,
+                              p_node, p_capabilities, p_state, p_offline, p_free_memory,
+                              p_free_cpu, p_slots, p_slots_used)
+          AND j.project <> ALL (coalesce(p_full_projects, '{}'))
+        ORDER BY j.priority_class, j.created_at, j.id
+        LIMIT least(p_limit, coalesce(p_slots - p_slots_used, 0), coalesce(p_lane_room, p_limit))
+    ),
+    capped AS (
+        -- Within each capped project's room (a project not capped has none to keep to).
+        SELECT c.*
+        FROM (SELECT c.*, row_number() OVER (PARTITION BY c.project
+                                             ORDER BY c.priority_class, c.created_at, c.id) AS n
+              FROM candidates c) c
+        LEFT JOIN unnest(p_cap_projects, p_cap_rooms) AS cap(project, room)
+               ON cap.project = c.project
+        WHERE cap.room IS NULL OR c.n <= cap.room
+    ),
+    fitting AS (
+        -- Each candidate fits alone; together only a prefix may: keep the prefix whose
+        -- running totals fit, so the batch never over-reserves.
+        SELECT c.id,
+               sum(c.memory_mb) OVER w AS memory_total,
+               sum(c.cpu_millis) OVER w AS cpu_total
+        FROM capped c
+        WINDOW w AS (ORDER BY c.priority_class, c.created_at, c.id)
+    ),
+    taken AS (
+        UPDATE fleetq.jobs j
+        SET state = 'claimed',
+            lease_owner = p_runner,
+            reserved_on = p_runner,
+            lease_version = j.lease_version + 1,
+            lease_expires_at = clock_timestamp() + p_lease,
+            claim_id = p_claim_id,
+            claimed_at = clock_timestamp(),
+            updated_at = clock_timestamp()
+        FROM fitting f
+        WHERE j.id = f.id AND f.memory_total <= p_free_memory AND f.cpu_total <= p_free_cpu
+        RETURNING j.*
+    ),
+    reserve_runner AS (
+        UPDATE fleetq.runners rr
+        SET reserved_memory_mb = rr.reserved_memory_mb + t.memory,
+            reserved_cpu_millis = rr.reserved_cpu_millis + t.cpu
+        FROM (SELECT sum(taken.memory_mb)::integer AS memory, sum(taken.cpu_millis)::integer AS cpu,
+                     count(*) AS n
+              FROM taken) t
+        WHERE rr.id = p_runner AND t.n > 0
+          AND (t.memory <> 0 OR t.cpu <> 0)  -- nothing to reserve: no write (as give_back)
+    ),
+    reserve_slots AS (
+        UPDATE fleetq.runner_lanes rl
+        SET slots_used = rl.slots_used + t.n
+        FROM (SELECT count(*)::integer AS n FROM taken) t
+        WHERE rl.runner_id = p_runner AND rl.lane = p_lane AND t.n > 0
+    ),
+    logged AS (
+        INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version)
+        SELECT 'claimed', t.id, p_runner, t.lease_version FROM taken t
+    )
+    -- An in-process handler starts now, yet its execution is no row until its lease
+    -- ends (fleetq.record_handler_runs): till then the job's row is its record.
+    SELECT t.id, t.lease_version, t.lease_expires_at, t.project, t.operation, t.commit_sha,
+           t.requested_node, t.payload, t.task_id, t.timeout_s, t.memory_mb, t.cpu_millis,
+           t.priority_class, t.reassign_count, t.lost_count, t.traceparent
+    FROM taken t
+    ORDER BY t.priority_class, t.created_at, t.id;
+END;
+$function$;
+
 CREATE OR REPLACE FUNCTION fleetq.claim_unchecked(p_runner text, p_lane text, p_limit integer, p_claim_id uuid)
  RETURNS TABLE(job_id bigint, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint, traceparent text)
  LANGUAGE plpgsql
@@ -217,78 +309,10 @@ BEGIN
     END IF;
 
     RETURN QUERY
-    WITH candidates AS (
-        -- The held jobs that still qualify under the lock, in priority order.
-        SELECT j.id, j.project, j.memory_mb, j.cpu_millis, j.priority_class, j.created_at
-        FROM fleetq.jobs j
-        WHERE j.id = ANY (v_held)
-          AND fleetq.eligible(j.capabilities, j.requested_node, j.memory_mb, j.cpu_millis,
-                              r.node, r.capabilities, r.state, v_offline, v_free_memory,
-                              v_free_cpu, l.slots, l.slots_used)
-          AND j.project <> ALL (coalesce(v_full_projects, '{}'))
-        ORDER BY j.priority_class, j.created_at, j.id
-        LIMIT least(p_limit, coalesce(l.slots - l.slots_used, 0), coalesce(v_lane_room, p_limit))
-    ),
-    capped AS (
-        -- Within each capped project's room (a project not capped has none to keep to).
-        SELECT c.*
-        FROM (SELECT c.*, row_number() OVER (PARTITION BY c.project
-                                             ORDER BY c.priority_class, c.created_at, c.id) AS n
-              FROM candidates c) c
-        LEFT JOIN unnest(v_cap_projects, v_cap_rooms) AS cap(project, room)
-               ON cap.project = c.project
-        WHERE cap.room IS NULL OR c.n <= cap.room
-    ),
-    fitting AS (
-        -- Each candidate fits alone; together only a prefix may: keep the prefix whose
-        -- running totals fit, so the batch never over-reserves.
-        SELECT c.id,
-               sum(c.memory_mb) OVER w AS memory_total,
-               sum(c.cpu_millis) OVER w AS cpu_total
-        FROM capped c
-        WINDOW w AS (ORDER BY c.priority_class, c.created_at, c.id)
-    ),
-    taken AS (
-        UPDATE fleetq.jobs j
-        SET state = 'claimed',
-            lease_owner = p_runner,
-            reserved_on = p_runner,
-            lease_version = j.lease_version + 1,
-            lease_expires_at = clock_timestamp() + v_lease,
-            claim_id = p_claim_id,
-            claimed_at = clock_timestamp(),
-            updated_at = clock_timestamp()
-        FROM fitting f
-        WHERE j.id = f.id AND f.memory_total <= v_free_memory AND f.cpu_total <= v_free_cpu
-        RETURNING j.*
-    ),
-    reserve_runner AS (
-        UPDATE fleetq.runners rr
-        SET reserved_memory_mb = rr.reserved_memory_mb + t.memory,
-            reserved_cpu_millis = rr.reserved_cpu_millis + t.cpu
-        FROM (SELECT sum(taken.memory_mb)::integer AS memory, sum(taken.cpu_millis)::integer AS cpu,
-                     count(*) AS n
-              FROM taken) t
-        WHERE rr.id = p_runner AND t.n > 0
-          AND (t.memory <> 0 OR t.cpu <> 0)  -- nothing to reserve: no write (as give_back)
-    ),
-    reserve_slots AS (
-        UPDATE fleetq.runner_lanes rl
-        SET slots_used = rl.slots_used + t.n
-        FROM (SELECT count(*)::integer AS n FROM taken) t
-        WHERE rl.runner_id = p_runner AND rl.lane = p_lane AND t.n > 0
-    ),
-    logged AS (
-        INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version)
-        SELECT 'claimed', t.id, p_runner, t.lease_version FROM taken t
-    )
-    -- An in-process handler starts now, yet its execution is no row until its lease
-    -- ends (fleetq.record_handler_runs): till then the job's row is its record.
-    SELECT t.id, t.lease_version, t.lease_expires_at, t.project, t.operation, t.commit_sha,
-           t.requested_node, t.payload, t.task_id, t.timeout_s, t.memory_mb, t.cpu_millis,
-           t.priority_class, t.reassign_count, t.lost_count, t.traceparent
-    FROM taken t
-    ORDER BY t.priority_class, t.created_at, t.id;
+    SELECT * FROM fleetq.claim_take(p_runner, p_lane, p_limit, p_claim_id, v_held, r.node,
+                                    r.capabilities, r.state, v_offline, v_free_memory,
+                                    v_free_cpu, l.slots, l.slots_used, v_lane_room,
+                                    v_cap_projects, v_cap_rooms, v_full_projects, v_lease);
 
     GET DIAGNOSTICS v_taken = ROW_COUNT;
 
@@ -302,15 +326,19 @@ BEGIN
     -- carries, fleetq.complete_and_claim): a runner refilling is draining a backlog, whose
     -- submits woke the lane already, and with 100 runners some were always idle for an
     -- instant, so nearly every refill notified: 190 jobs/s instead of 415 (bench-scale).
-    IF v_taken < cardinality(v_held)
-       OR (v_taken = l.slots - l.slots_used
-           AND current_setting('fleetq.refill', true) IS DISTINCT FROM 'on'
-           AND EXISTS (SELECT 1 FROM fleetq.runner_lanes rl
-                       WHERE rl.lane = p_lane AND rl.runner_id <> p_runner
-                         AND rl.slots_used = 0)
-           AND EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.state = 'queued' AND j.lane = p_lane))
-    THEN
+    -- (Tested in this order, a refill reads nothing; the tests that read are a query of
+    -- their own, which PostgreSQL planned again on every call while it was one with the
+    -- rest.)
+    IF v_taken < cardinality(v_held) THEN
         PERFORM pg_notify('fleetq_work', p_lane);
+    ELSIF v_taken = l.slots - l.slots_used
+          AND current_setting('fleetq.refill', true) IS DISTINCT FROM 'on' THEN
+        IF EXISTS (SELECT 1 FROM fleetq.runner_lanes rl
+                   WHERE rl.lane = p_lane AND rl.runner_id <> p_runner AND rl.slots_used = 0)
+           AND EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.state = 'queued' AND j.lane = p_lane)
+        THEN
+            PERFORM pg_notify('fleetq_work', p_lane);
+        END IF;
     END IF;
 END;
 $function$;

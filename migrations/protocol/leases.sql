@@ -373,6 +373,7 @@ DECLARE
     v_run integer[];
     v_agos integer[];
     v_claimed timestamptz[];
+    v_recorded bigint[];
     v_retried bigint[];
 BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o WHERE o NOT IN ('succeeded', 'failed', 'refused')) THEN
@@ -423,32 +424,40 @@ BEGIN
         -- a live lease held its owner's capacity (CHECK on jobs): give it back
         PERFORM fleetq.give_back(array_fill(p_runner, ARRAY[cardinality(v_done)]), v_lanes,
                                  v_memory, v_cpu);
-        -- The execution's end: a command's row exists since its start report (one that
-        -- never launched has none and gets none); a handler's is written now, whole
-        -- (fleetq.record_handler_runs says why), unless an earlier end of its lease wrote
-        -- it open (the update ends it).
-        UPDATE fleetq.executions e
-        SET ended_at = coalesce(e.ended_at, fleetq.measured_end(e.launched_at, i.ago)),
-            end_measured = CASE WHEN e.ended_at IS NULL THEN i.ago IS NOT NULL
-                                ELSE e.end_measured END,
-            exit_code = i.exit_code, run_ms = i.run_ms
-        FROM unnest(v_done, v_versions, v_codes, v_run, v_agos)
-             AS i(id, version, exit_code, run_ms, ago)
-        WHERE e.job_id = i.id AND e.lease_version = i.version;
-        INSERT INTO fleetq.executions
-            (job_id, lease_version, runner_id, node, run_id, launched_at, start_reported_at,
-             ended_at, end_measured, exit_code, run_ms)
-        SELECT i.id, i.version, p_runner,
-               (SELECT r.node FROM fleetq.runners r WHERE r.id = p_runner),
-               gen_random_uuid(), i.claimed_at, i.claimed_at,
-               fleetq.measured_end(i.claimed_at, i.ago), i.ago IS NOT NULL, i.exit_code,
-               i.run_ms
-        FROM unnest(v_done, v_versions, v_codes, v_run, v_agos, v_claimed, v_projects,
-                    v_operations)
-             AS i(id, version, exit_code, run_ms, ago, claimed_at, project, operation)
-        JOIN fleetq.operations o ON o.project = i.project AND o.name = i.operation
-        WHERE o.handler IS NOT NULL
-        ON CONFLICT (job_id, lease_version) DO NOTHING;
+        -- The execution's end. A handler's is written now, whole (fleetq.record_handler_runs
+        -- says why); a command's row exists since its start report (one that never
+        -- launched has none and gets none), and so may a handler's that an earlier end of
+        -- its lease wrote open: those are ended by the update, which a batch of handlers
+        -- whose rows were all written here skips.
+        WITH recorded AS (
+            INSERT INTO fleetq.executions
+                (job_id, lease_version, runner_id, node, run_id, launched_at,
+                 start_reported_at, ended_at, end_measured, exit_code, run_ms)
+            SELECT i.id, i.version, p_runner,
+                   (SELECT r.node FROM fleetq.runners r WHERE r.id = p_runner),
+                   gen_random_uuid(), i.claimed_at, i.claimed_at,
+                   fleetq.measured_end(i.claimed_at, i.ago), i.ago IS NOT NULL, i.exit_code,
+                   i.run_ms
+            FROM unnest(v_done, v_versions, v_codes, v_run, v_agos, v_claimed, v_projects,
+                        v_operations)
+                 AS i(id, version, exit_code, run_ms, ago, claimed_at, project, operation)
+            JOIN fleetq.operations o ON o.project = i.project AND o.name = i.operation
+            WHERE o.handler IS NOT NULL
+            ON CONFLICT (job_id, lease_version) DO NOTHING
+            RETURNING job_id
+        )
+        SELECT array_agg(r.job_id) INTO v_recorded FROM recorded r;
+        IF coalesce(cardinality(v_recorded), 0) < cardinality(v_done) THEN
+            UPDATE fleetq.executions e
+            SET ended_at = coalesce(e.ended_at, fleetq.measured_end(e.launched_at, i.ago)),
+                end_measured = CASE WHEN e.ended_at IS NULL THEN i.ago IS NOT NULL
+                                    ELSE e.end_measured END,
+                exit_code = i.exit_code, run_ms = i.run_ms
+            FROM unnest(v_done, v_versions, v_codes, v_run, v_agos)
+                 AS i(id, version, exit_code, run_ms, ago)
+            WHERE e.job_id = i.id AND e.lease_version = i.version
+              AND i.id <> ALL (coalesce(v_recorded, '{}'));
+        END IF;
         -- a failed attempt its operation retries waits for the next one instead of ending
         -- (nothing more is read when no outcome failed)
         v_retried := CASE WHEN 'failed' = ANY (p_outcomes)

@@ -968,3 +968,33 @@ async def test_a_frozen_handler_s_overlap_with_its_next_holder_shows_while_both_
         (1, a, None),
         (2, b, None),
     ]
+
+
+async def test_a_handler_claimed_before_the_upgrade_is_ended_by_its_outcome(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """Before migration 0025 a handler's claim wrote its execution, open: a handler still
+    running across the upgrade has that row, and its outcome must end it (the outcome
+    writes only the rows it has not got, and ends the others)."""
+    sync_conn.execute(
+        "INSERT INTO fleetq.operations (project, name, lane, handler) "
+        "VALUES ('tools', 'inline', 'checks', 'tests.handlers:record_effect')"
+    )
+    runner = await fleet.runner(driver)
+    await _job(driver, "inline")
+    await _job(driver, "inline")
+    old, new = await leasing.claim(driver, runner=runner, lane="checks", limit=2)
+    sync_conn.execute(  # as the claim wrote it then
+        "INSERT INTO fleetq.executions (job_id, lease_version, runner_id, node, run_id, "
+        "launched_at, start_reported_at) SELECT id, lease_version, lease_owner, 'node-a', "
+        "gen_random_uuid(), claimed_at, claimed_at FROM fleetq.jobs WHERE id = $1",
+        [old.job_id],
+    )
+    answers = await leasing.complete_many(
+        driver, runner=runner, outcomes=[_outcome(old, code=3), _outcome(new, code=4)]
+    )
+    assert [a.status for a in answers] == [WriteStatus.OK, WriteStatus.OK]
+    rows = sync_conn.execute(
+        "SELECT job_id, ended_at IS NOT NULL, exit_code FROM fleetq.executions ORDER BY job_id"
+    ).fetchall()
+    assert [tuple(r) for r in rows] == [(old.job_id, True, 3), (new.job_id, True, 4)]
