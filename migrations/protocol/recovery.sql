@@ -77,10 +77,7 @@ BEGIN
     -- a handler may run on past its lease (frozen): its execution is recorded open now,
     -- while its job's row still names it, so its overlap with the next token shows
     PERFORM fleetq.record_handler_runs(v_expired);
-    WITH expired AS (
-        SELECT * FROM unnest(v_expired, v_reserved) AS e(id, reserved_on)
-    ),
-    moved AS (
+    WITH moved AS (
         UPDATE fleetq.jobs j
         SET state = CASE WHEN j.reassign_count + 1 > v_cap THEN 'failed' ELSE 'queued' END,
             failure_reason = CASE WHEN j.reassign_count + 1 > v_cap
@@ -89,7 +86,7 @@ BEGIN
             reassign_count = j.reassign_count + 1,
             lease_owner = NULL, lease_expires_at = NULL, reserved_on = NULL, claim_id = NULL,
             updated_at = clock_timestamp()
-        FROM expired e
+        FROM unnest(v_expired, v_reserved) AS e(id, reserved_on)
         WHERE j.id = e.id
         RETURNING j.id, j.lease_version, e.reserved_on, j.lane, j.memory_mb, j.cpu_millis, j.state
     )

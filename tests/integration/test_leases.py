@@ -827,6 +827,14 @@ async def test_a_stale_outcome_closes_the_zombie_s_own_execution(
     assert (job.state, job.lease_owner, job.lease_version) == (JobState.CLAIMED, b, 2)
 
 
+def _inline_handler(sync_conn: SyncConnection) -> None:
+    """Operation tools/inline: an in-process handler in lane checks."""
+    sync_conn.execute(
+        "INSERT INTO fleetq.operations (project, name, lane, handler) "
+        "VALUES ('tools', 'inline', 'checks', 'tests.handlers:record_effect')"
+    )
+
+
 def _executions(sync_conn: SyncConnection, table: str) -> list[tuple[object, ...]]:
     return [
         tuple(r)
@@ -846,10 +854,7 @@ async def test_a_handler_s_execution_runs_from_its_claim_and_is_a_row_once_its_l
     """A handler starts when it is claimed: the readers of executions (overlaps, the
     console, the report) see it from then on, launched at its claim, though the row is
     written only when its lease ends (once per job instead of twice: issue 18)."""
-    sync_conn.execute(
-        "INSERT INTO fleetq.operations (project, name, lane, handler) "
-        "VALUES ('tools', 'inline', 'checks', 'tests.handlers:record_effect')"
-    )
+    _inline_handler(sync_conn)
     runner = await fleet.runner(driver)
     await _job(driver, "inline")
     await _job(driver, "lint")
@@ -880,10 +885,7 @@ async def test_every_end_of_a_handler_s_lease_records_its_execution(
     a frozen handler; a cancel: stop requested), so the overlap with the next token shows
     until the stop is confirmed or the stale outcome arrives; closed where the runner
     said it is gone. Commands' claims that launched nothing still get no row."""
-    sync_conn.execute(
-        "INSERT INTO fleetq.operations (project, name, lane, handler) "
-        "VALUES ('tools', 'inline', 'checks', 'tests.handlers:record_effect')"
-    )
+    _inline_handler(sync_conn)
     runner = await fleet.runner(driver)
     await _job(driver, "inline")
     await _job(driver, "lint")
@@ -943,10 +945,7 @@ async def test_a_frozen_handler_s_overlap_with_its_next_holder_shows_while_both_
     """A handler frozen past its lease and its job's next holder, also a handler, both
     run: neither has a finished row, the newer none at all (its lease lives), yet
     `fleetq overlaps`, the console's alert and the job's detail each show both."""
-    sync_conn.execute(
-        "INSERT INTO fleetq.operations (project, name, lane, handler) "
-        "VALUES ('tools', 'inline', 'checks', 'tests.handlers:record_effect')"
-    )
+    _inline_handler(sync_conn)
     a = await fleet.runner(driver)
     b = await fleet.runner(driver, "r2")
     job = await _job(driver, "inline")
@@ -976,10 +975,7 @@ async def test_a_handler_claimed_before_the_upgrade_is_ended_by_its_outcome(
     """Before migration 0025 a handler's claim wrote its execution, open: a handler still
     running across the upgrade has that row, and its outcome must end it (the outcome
     writes only the rows it has not got, and ends the others)."""
-    sync_conn.execute(
-        "INSERT INTO fleetq.operations (project, name, lane, handler) "
-        "VALUES ('tools', 'inline', 'checks', 'tests.handlers:record_effect')"
-    )
+    _inline_handler(sync_conn)
     runner = await fleet.runner(driver)
     await _job(driver, "inline")
     await _job(driver, "inline")
