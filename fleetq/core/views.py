@@ -180,7 +180,7 @@ class ExecutionRow(_View):
     lease_version: int
     runner_id: str
     node: str
-    run_id: UUID | None  # a running handler's has none until its lease ends
+    run_id: UUID | None  # a handler's has none: it launched no process (migration 0026)
     pid: int | None
     claimed_at: datetime | None
     launched_at: datetime | None

@@ -142,7 +142,8 @@ async def collect(
     for row in await driver.fetch(queries.sql("lease_open_executions"), runner):
         if (row["job_id"], row["lease_version"]) in adopted:
             continue
-        await asyncio.to_thread(orphans.kill_run, str(row["run_id"]))
+        if row["run_id"] is not None:  # a handler's run has none: no process of its own
+            await asyncio.to_thread(orphans.kill_run, str(row["run_id"]))
         await leasing.confirm_stop(
             driver,
             runner=runner,

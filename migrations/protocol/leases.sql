@@ -118,6 +118,7 @@ $function$;
 -- writes it open, as the handler may still run (a frozen one whose lease expired): it
 -- stays open until its stop is confirmed or its stale outcome arrives. The caller holds
 -- the jobs locked. Jobs that are not a handler's, not live, or recorded already: nothing.
+-- A handler's execution has no run id: that names a launched process (migration 0026).
 CREATE OR REPLACE FUNCTION fleetq.record_handler_runs(p_jobs bigint[])
  RETURNS void
  LANGUAGE plpgsql
@@ -125,7 +126,7 @@ AS $function$
 BEGIN
     INSERT INTO fleetq.executions
         (job_id, lease_version, runner_id, node, run_id, launched_at, start_reported_at)
-    SELECT j.id, j.lease_version, j.lease_owner, r.node, gen_random_uuid(), j.claimed_at,
+    SELECT j.id, j.lease_version, j.lease_owner, r.node, NULL::uuid, j.claimed_at,
            j.claimed_at
     FROM fleetq.jobs j
     JOIN fleetq.operations o ON o.project = j.project AND o.name = j.operation
@@ -435,7 +436,7 @@ BEGIN
                  start_reported_at, ended_at, end_measured, exit_code, run_ms)
             SELECT i.id, i.version, p_runner,
                    (SELECT r.node FROM fleetq.runners r WHERE r.id = p_runner),
-                   gen_random_uuid(), i.claimed_at, i.claimed_at,
+                   NULL::uuid, i.claimed_at, i.claimed_at,
                    fleetq.measured_end(i.claimed_at, i.ago), i.ago IS NOT NULL, i.exit_code,
                    i.run_ms
             FROM unnest(v_done, v_versions, v_codes, v_run, v_agos, v_claimed, v_projects,

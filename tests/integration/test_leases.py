@@ -7,6 +7,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from fleetq.core import eligibility, leasing, producer, readers, stats, views
@@ -841,7 +842,7 @@ def _executions(sync_conn: SyncConnection, table: str) -> list[tuple[object, ...
         for r in sync_conn.execute(
             "SELECT x.job_id, x.lease_version, x.runner_id, x.node, x.launched_at = "
             "j.claimed_at, x.start_reported_at = j.claimed_at, x.ended_at IS NOT NULL, "
-            f"x.stop_reason, x.stop_requested_at IS NOT NULL FROM {table} x "
+            f"x.stop_reason, x.stop_requested_at IS NOT NULL, x.run_id IS NULL FROM {table} x "
             "JOIN fleetq.jobs j ON j.id = x.job_id "
             "ORDER BY x.job_id, x.lease_version"
         ).fetchall()
@@ -862,14 +863,25 @@ async def test_a_handler_s_execution_runs_from_its_claim_and_is_a_row_once_its_l
     inline = next(c for c in claims if c.operation == "inline")
     assert _executions(sync_conn, "fleetq.executions") == []
     assert _executions(sync_conn, "fleetq.all_executions") == [
-        (inline.job_id, inline.lease_version, runner, "node-a", True, True, False, None, False)
+        (
+            inline.job_id,
+            inline.lease_version,
+            runner,
+            "node-a",
+            True,
+            True,
+            False,
+            None,
+            False,
+            True,
+        )
     ]
     # the command's execution is its start report's, never the claim's
     lint = next(c for c in claims if c.operation == "lint")
     await leasing.complete(driver, runner=runner, outcome=_outcome(lint))
     await leasing.complete(driver, runner=runner, outcome=_outcome(inline))
     assert _executions(sync_conn, "fleetq.executions") == [
-        (inline.job_id, inline.lease_version, runner, "node-a", True, True, True, None, False)
+        (inline.job_id, inline.lease_version, runner, "node-a", True, True, True, None, False, True)
     ]
     assert _executions(sync_conn, "fleetq.all_executions") == _executions(
         sync_conn, "fleetq.executions"
@@ -932,7 +944,7 @@ async def test_every_end_of_a_handler_s_lease_records_its_execution(
         "stop": (True, "timeout", False),
     }[end]
     assert _executions(sync_conn, "fleetq.executions") == [
-        (inline.job_id, inline.lease_version, runner, "node-a", True, True, *expected)
+        (inline.job_id, inline.lease_version, runner, "node-a", True, True, *expected, True)
     ]
     assert _executions(sync_conn, "fleetq.all_executions") == _executions(
         sync_conn, "fleetq.executions"
@@ -994,3 +1006,27 @@ async def test_a_handler_claimed_before_the_upgrade_is_ended_by_its_outcome(
         "SELECT job_id, ended_at IS NOT NULL, exit_code FROM fleetq.executions ORDER BY job_id"
     ).fetchall()
     assert [tuple(r) for r in rows] == [(old.job_id, True, 3), (new.job_id, True, 4)]
+
+
+async def test_a_run_id_names_one_launched_process_and_a_handler_s_run_has_none(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """A run id is what the runner finds and kills a command's process by, so no two
+    executions share one; a handler launches no process and its execution has none (a
+    random one per job was a btree insert at a random place: migration 0026)."""
+    _inline_handler(sync_conn)
+    runner = await fleet.runner(driver)
+    for _ in range(2):
+        await _job(driver, "inline")
+    for claim in await leasing.claim(driver, runner=runner, lane="checks", limit=2):
+        await leasing.complete(driver, runner=runner, outcome=_outcome(claim))
+    rows = sync_conn.execute("SELECT run_id FROM fleetq.executions").fetchall()
+    assert [tuple(r) for r in rows] == [(None,), (None,)]
+    run = uuid.uuid4()
+    insert = (
+        "INSERT INTO fleetq.executions (job_id, lease_version, runner_id, node, run_id) "
+        "VALUES ($1, 9, $2, 'node-a', $3)"
+    )
+    sync_conn.execute(insert, [-1, runner, run])
+    with pytest.raises(psycopg.errors.UniqueViolation, match="executions_run_id_key"):
+        sync_conn.execute(insert, [-2, runner, run])
