@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -122,6 +123,26 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+# The young generation is collected after this many allocations (Python's default: 700).
+YOUNG_COLLECTION_EVERY = 10_000
+
+
+def settle_heap() -> None:
+    """Keep the cyclic garbage collector off what lives as long as the runner.
+
+    A full collection walks every tracked object, and most of a runner's are its start-up
+    heap (its imports: pydantic, asyncpg, ...), which is never garbage; each job allocates
+    a handful of short-lived containers (its task, coroutine, context, futures), which
+    reach the young generation's threshold every few dozen jobs. Under a backlog (`fleetq
+    bench --jobs 30000`, the collector's own thread time from gc.callbacks) collecting
+    took 12% of a runner's CPU, each full collection 40-50 ms of it. With the start-up
+    heap frozen (moved out of every generation) and the young generation collected every
+    10,000 allocations: 4%.
+    """
+    gc.freeze()
+    gc.set_threshold(YOUNG_COLLECTION_EVERY, 20, 20)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the runner until SIGTERM/SIGINT (twice: stop running jobs at once)."""
     # first, before anything secret is read: a job of this uid cannot read our /proc files
@@ -161,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             install_signals(service, asyncio.get_running_loop().add_signal_handler)
             return await service.run(as_uri(resolve_dsn(config.dsn)))
 
+        settle_heap()
         try:
             return asyncio.run(serve())
         finally:
