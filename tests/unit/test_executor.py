@@ -169,6 +169,74 @@ async def test_a_stop_cancels_a_running_handler(tmp_path: Path) -> None:
     assert not task.cancelled()
 
 
+async def test_handlers_started_together_share_one_timeout_timer() -> None:
+    """A claim's jobs start together with one timeout: their deadlines fall on one tick,
+    one timer for the batch instead of one per job (issue 18), and each still times out."""
+    gate = asyncio.Event()
+
+    async def parked(_ctx: object) -> None:
+        await gate.wait()
+
+    tasks = [
+        asyncio.ensure_future(executor.run_handler(parked, None, timeout_s=0.2, stoppable=Stop()))  # type: ignore[arg-type]
+        for _ in range(200)
+    ]
+    await asyncio.sleep(0)  # every handler armed
+    assert len(executor.deadlines().due) == 1
+    finished = await asyncio.gather(*tasks)
+    assert {(f.outcome, f.reason) for f in finished} == {(Outcome.FAILED, "timeout")}
+    assert executor.deadlines().due == {}
+
+
+async def test_a_timeout_leaves_other_cancels_alone() -> None:
+    """As asyncio.timeout: a cancel from elsewhere that meets the timeout's propagates,
+    and a handler that outlives the timeout's cancel returns what it returned, its task
+    no longer cancelling."""
+
+    async def cancelled_elsewhere_too(_ctx: object) -> None:
+        try:
+            await asyncio.sleep(300)
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            assert me is not None
+            me.cancel()  # another cancel arrives with the timeout's
+            raise
+
+    ended: list[object] = []
+
+    async def run() -> None:
+        try:
+            ended.append(
+                await executor.run_handler(
+                    cancelled_elsewhere_too,
+                    None,
+                    timeout_s=0.05,
+                    stoppable=Stop(),  # type: ignore[arg-type]
+                )
+            )
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+
+    task = asyncio.ensure_future(run())
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ended == ["cancelled"]
+
+    async def stubborn(_ctx: object) -> str:
+        try:
+            await asyncio.sleep(300)
+        except asyncio.CancelledError:
+            return "kept going"
+        return "woke"
+
+    me = asyncio.current_task()
+    assert me is not None
+    done = await executor.run_handler(stubborn, None, timeout_s=0.05, stoppable=Stop())  # type: ignore[arg-type]
+    assert (done.outcome, done.log_tail) == (Outcome.SUCCEEDED, "kept going")
+    assert me.cancelling() == 0
+
+
 async def test_a_stop_that_cannot_be_confirmed_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
