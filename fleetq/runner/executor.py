@@ -246,10 +246,10 @@ DEADLINE_TICK_S = 0.05
 class _Armed:
     """One handler's timeout: the task to cancel when its tick comes."""
 
-    __slots__ = ("fired", "task", "tick")
+    __slots__ = ("fired", "live", "task", "tick")
 
     def __init__(self, task: asyncio.Task[object], tick: int) -> None:
-        self.task, self.tick, self.fired = task, tick, False
+        self.task, self.tick, self.fired, self.live = task, tick, False, True
 
 
 class Deadlines:
@@ -261,29 +261,60 @@ class Deadlines:
     takes start together and share a timeout, so their deadlines, rounded up to a tick of
     DEADLINE_TICK_S, fall on one tick: one timer for the batch, and a set insert and
     removal per job. A timeout fires up to a tick late.
+
+    A tick whose handlers have all returned keeps its timer until the next tick is made
+    (so the rest of a batch finds it), then is dropped with it: pending ticks are never
+    more than the ticks handlers still wait on, however long the timeouts. Nothing here
+    holds the loop (a timer only weakly), so a closed loop's deadlines go with it.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.due: dict[int, set[_Armed]] = {}
+    def __init__(self) -> None:
+        self.due: dict[int, tuple[set[_Armed], weakref.ref[asyncio.TimerHandle]]] = {}
+        self.emptied: set[int] = set()  # ticks whose handlers all returned
 
-    def arm(self, task: asyncio.Task[object], timeout_s: float) -> _Armed:
-        tick = math.ceil((self.loop.time() + timeout_s) / DEADLINE_TICK_S)
+    def arm(
+        self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[object], timeout_s: float
+    ) -> _Armed:
+        if timeout_s <= 0:  # due already: at the handler's first await, as asyncio.timeout
+            armed = _Armed(task, -1)
+            loop.call_soon(self._fire_one, armed)
+            return armed
+        tick = math.ceil((loop.time() + timeout_s) / DEADLINE_TICK_S)
         armed = _Armed(task, tick)
-        waiting = self.due.get(tick)
-        if waiting is None:
-            waiting = self.due[tick] = set()
-            self.loop.call_at(tick * DEADLINE_TICK_S, self._fire, tick)
-        waiting.add(armed)
+        entry = self.due.get(tick)
+        if entry is None:
+            self._sweep()
+            timer = loop.call_at(tick * DEADLINE_TICK_S, self._fire, tick)
+            entry = self.due[tick] = (set(), weakref.ref(timer))
+        entry[0].add(armed)
         return armed
 
     def disarm(self, armed: _Armed) -> None:
-        waiting = self.due.get(armed.tick)
-        if waiting is not None:
-            waiting.discard(armed)
+        armed.live = False
+        entry = self.due.get(armed.tick)
+        if entry is not None:
+            entry[0].discard(armed)
+            if not entry[0]:
+                self.emptied.add(armed.tick)
+
+    def _sweep(self) -> None:
+        for tick in self.emptied:
+            entry = self.due.get(tick)
+            if entry is not None and not entry[0]:
+                del self.due[tick]
+                if (timer := entry[1]()) is not None:
+                    timer.cancel()
+        self.emptied.clear()
 
     def _fire(self, tick: int) -> None:
-        for armed in self.due.pop(tick, ()):
+        self.emptied.discard(tick)
+        entry = self.due.pop(tick, None)
+        for armed in entry[0] if entry is not None else ():
+            self._fire_one(armed)
+
+    @staticmethod
+    def _fire_one(armed: _Armed) -> None:
+        if armed.live:
             armed.fired = True
             armed.task.cancel()
 
@@ -293,11 +324,10 @@ _deadlines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = (
 )
 
 
-def deadlines() -> Deadlines:
-    """The running loop's handler deadlines."""
-    loop = asyncio.get_running_loop()
+def deadlines(loop: asyncio.AbstractEventLoop) -> Deadlines:
+    """`loop`'s handler deadlines."""
     if (found := _deadlines.get(loop)) is None:
-        found = _deadlines[loop] = Deadlines(loop)
+        found = _deadlines[loop] = Deadlines()
     return found
 
 
@@ -327,7 +357,9 @@ async def run_handler(
 
     unsubscribe = stoppable.on_stop(cancel)
     cancelling = me.cancelling()
-    armed = deadlines().arm(me, timeout_s)
+    loop = asyncio.get_running_loop()
+    due = deadlines(loop)
+    armed = due.arm(loop, me, timeout_s)
     try:
         result = await handler(ctx)
     except TimeoutError:  # the handler's own (as asyncio.timeout's was taken)
@@ -358,7 +390,7 @@ async def run_handler(
             run_ms=_since(started),
         )
     finally:
-        deadlines().disarm(armed)
+        due.disarm(armed)
         if armed.fired:  # the handler outlived its cancel: take it back all the same
             me.uncancel()
         unsubscribe()

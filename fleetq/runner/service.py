@@ -435,8 +435,12 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         task.add_done_callback(functools.partial(self._finished, claim.job_id, lane))
 
     def task_labels(self) -> dict[asyncio.Task[Any], str]:
-        """Each job's task, named by its job (for SIGUSR1's dump: job tasks are unnamed)."""
-        return {task: f"job:{job_id}" for job_id, task in self.tasks.items()}
+        """Each job's task, named by its job (for SIGUSR1's dump: job tasks are unnamed),
+        a superseded run's by its job and token."""
+        labels = {task: f"job:{job_id}" for job_id, task in self.tasks.items()}
+        for task, (job_id, token) in self._superseded.items():
+            labels[task] = f"job:{job_id} token {token} (superseded)"
+        return labels
 
     def _finished(self, job_id: JobId, lane: str, task: asyncio.Task[None]) -> None:
         self._superseded.pop(task, None)
