@@ -22,6 +22,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,23 @@ SESSION_SETTINGS = {
     "application_name": "fleetq-runner",
 }
 EXIT_BUG = 70  # EX_SOFTWARE: a bug in fleetq ended the runner (leases were handed back)
+
+
+@dataclass
+class _StartUp:
+    """What start-up has done so far, kept between its attempts."""
+
+    schema_checked: bool = False
+    listener: asyncpg.Connection | None = None  # holds the runner id's lock
+    registered: bool = False  # under `listener`'s lock
+
+    def steps(self) -> int:
+        return self.schema_checked + (self.listener is not None) + self.registered
+
+    async def abandon(self) -> None:
+        if self.listener is not None:
+            await close_quietly(self.listener)
+            self.listener, self.registered = None, False
 
 
 class RunnerService(Claiming, LeaseKeeping, Control):
@@ -212,11 +230,19 @@ class RunnerService(Claiming, LeaseKeeping, Control):
     async def _start_up(self) -> asyncpg.Connection | None:
         """Check the schema, take the runner id, register and settle what an earlier
         process left; a database that cannot be reached yet is waited for, saying so.
-        Returns the LISTEN connection (None: shut down while waiting)."""
+        Returns the LISTEN connection (None: shut down while waiting).
+
+        An attempt cut off midway resumes where it stopped, and one that got further
+        than the last retries at the first delay: on a lossy link (a reset every few
+        dozen packets) start-up needs each step's round trips to get through, not all
+        of its seventy at once, and a link that lets it on step by step is no reason to
+        wait longer each time."""
         backoff = loops.Backoff()
+        progress = _StartUp()
         while not self.shutdown_requested.is_set():
+            before = progress.steps()
             # raced with shutdown: a connect to a black hole may take its whole timeout
-            attempt = asyncio.ensure_future(self._start_up_once())
+            attempt = asyncio.ensure_future(self._start_up_once(progress))
             stop = asyncio.ensure_future(self.shutdown_requested.wait())
             await asyncio.wait({attempt, stop}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
@@ -224,33 +250,43 @@ class RunnerService(Claiming, LeaseKeeping, Control):
                 attempt.cancel()
                 with contextlib.suppress(BaseException):
                     await attempt
+                await progress.abandon()
                 return None
             try:
                 return attempt.result()
             except Exception as exc:
                 error = loops.environmental(exc)
-                if error is None or (error is exc and not loops.transient(error)):
-                    raise  # a bug, or a refusal (schema, runner id in use): exit saying so
-                if not loops.transient(error):
+                if error is None or not loops.transient(error):
+                    await progress.abandon()
+                    if error is None or error is exc:
+                        raise  # a bug, or a refusal (schema, runner id in use): exit saying so
                     raise error from exc  # e.g. bad credentials: say it and exit
+                if progress.steps() > before:
+                    backoff.reset()
                 delay = backoff.next()
                 log.warning("waiting for the database (%s); retrying in %.1fs", error, delay)
                 await loops.wait_or(self.shutdown_requested, delay)
+        await progress.abandon()
         return None
 
-    async def _start_up_once(self) -> asyncpg.Connection:
-        listener: asyncpg.Connection | None = None
-        try:
+    async def _start_up_once(self, progress: _StartUp) -> asyncpg.Connection:
+        """One attempt, from the first step not yet done (or undone since: a lost LISTEN
+        connection took the runner id's lock with it, so registering comes again under
+        the new one's). Collection runs whole every time: what it settled is settled in
+        the database, and it reads the rest afresh."""
+        if not progress.schema_checked:
             await migrate.require_current_async(self.driver)
-            listener = await self._connect_listener()
+            progress.schema_checked = True
+        if progress.listener is not None and progress.listener.is_closed():
+            progress.listener, progress.registered = None, False
+        if progress.listener is None:
+            progress.listener = await self._connect_listener()
+        if not progress.registered:
             await self._register()
-            await self._collect()
-        except BaseException:
-            if listener is not None:
-                await close_quietly(listener)
-            raise
+            progress.registered = True
+        await self._collect()
         self._serving()
-        return listener
+        return progress.listener
 
     async def _collect(self) -> None:
         collected = await collect(self.driver, self.runner, self.kit.journal, adopt=self.kit.adopt)

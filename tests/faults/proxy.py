@@ -12,7 +12,10 @@ server's Unix socket (so the embedded server's local trust auth still applies). 
 - `degrade(latency_s, drop, lose_replies)`: each chunk waits `latency_s`; with
   probability `drop` a chunk in either direction resets the connection (RST) instead of
   passing; with probability `lose_replies` a chunk from the server does (the statement
-  ran, possibly committed, and its reply is lost).
+  ran, possibly committed, and its reply is lost); with `reset_every` N, every Nth
+  chunk it carries (counted over all its connections, both ways) resets its connection
+  instead: a lossy link without the luck, on which nothing longer than N chunks gets
+  through in one go.
 
 The proxy runs its own event loop in a thread, so a test drives it from synchronous code.
 """
@@ -45,6 +48,8 @@ class FaultProxy:
         self._tcp = (host, port)
         self._writers: set[asyncio.StreamWriter] = set()
         self.latency_s = self.drop = self.lose_replies = 0.0
+        self.reset_every = 0
+        self._chunks = 0
         self._resets = 0
         self._random = random.Random(dsn)
         self._loop = asyncio.new_event_loop()
@@ -68,9 +73,15 @@ class FaultProxy:
         self._call(self._set_mode, "blackhole")
 
     def degrade(
-        self, *, latency_s: float = 0.0, drop: float = 0.0, lose_replies: float = 0.0
+        self,
+        *,
+        latency_s: float = 0.0,
+        drop: float = 0.0,
+        lose_replies: float = 0.0,
+        reset_every: int = 0,
     ) -> None:
         self.latency_s, self.drop, self.lose_replies = latency_s, drop, lose_replies
+        self.reset_every, self._chunks = reset_every, 0
 
     @property
     def resets(self) -> int:
@@ -164,7 +175,10 @@ class FaultProxy:
                 if self.latency_s:
                     await asyncio.sleep(self.latency_s)
                 odds = self.drop + (self.lose_replies if from_server else 0.0)
-                if odds and self._random.random() < odds:
+                self._chunks += 1
+                if (odds and self._random.random() < odds) or (
+                    self.reset_every and self._chunks % self.reset_every == 0
+                ):
                     self._resets += 1
                     for end in pair:
                         _reset(end)
