@@ -87,7 +87,7 @@ class _StartUp:
     """What start-up has done so far, kept between its attempts."""
 
     schema_checked: bool = False
-    listener: asyncpg.Connection | None = None  # holds the runner id's lock
+    listener: asyncpg.Connection | None = None  # took the runner id's lock (checked on reuse)
     registered: bool = False  # under `listener`'s lock
 
     def steps(self) -> int:
@@ -233,52 +233,57 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         Returns the LISTEN connection (None: shut down while waiting).
 
         An attempt cut off midway resumes where it stopped, and one that got further
-        than the last retries at the first delay: on a lossy link (a reset every few
-        dozen packets) start-up needs each step's round trips to get through, not all
-        of its seventy at once, and a link that lets it on step by step is no reason to
-        wait longer each time."""
+        than where it began retries at the first delay: on a lossy link (a reset every
+        few dozen packets) start-up needs each step's round trips to get through, not
+        all of its seventy at once, and a link that lets it on step by step is no reason
+        to wait longer each time."""
         backoff = loops.Backoff()
         progress = _StartUp()
-        while not self.shutdown_requested.is_set():
-            before = progress.steps()
-            # raced with shutdown: a connect to a black hole may take its whole timeout
-            attempt = asyncio.ensure_future(self._start_up_once(progress))
-            stop = asyncio.ensure_future(self.shutdown_requested.wait())
-            await asyncio.wait({attempt, stop}, return_when=asyncio.FIRST_COMPLETED)
-            stop.cancel()
-            if not attempt.done():
+        attempt: asyncio.Future[asyncpg.Connection] | None = None
+        try:
+            while not self.shutdown_requested.is_set():
+                before = progress.steps()
+                # raced with shutdown: a connect to a black hole may take its whole timeout
+                attempt = asyncio.ensure_future(self._start_up_once(progress))
+                stop = asyncio.ensure_future(self.shutdown_requested.wait())
+                await asyncio.wait({attempt, stop}, return_when=asyncio.FIRST_COMPLETED)
+                stop.cancel()
+                if not attempt.done():
+                    return None  # shut down meanwhile (finally: the attempt is cancelled)
+                try:
+                    listener = attempt.result()
+                except Exception as exc:
+                    error = loops.environmental(exc)
+                    if error is None or (error is exc and not loops.transient(error)):
+                        raise  # a bug, or a refusal (schema, runner id in use): exit saying so
+                    if not loops.transient(error):
+                        raise error from exc  # e.g. bad credentials: say it and exit
+                    if progress.steps() > before:
+                        backoff.reset()
+                    delay = backoff.next()
+                    log.warning("waiting for the database (%s); retrying in %.1fs", error, delay)
+                    await loops.wait_or(self.shutdown_requested, delay)
+                    continue
+                progress.listener = None  # handed over: not closed below
+                return listener
+            return None
+        finally:
+            if attempt is not None and not attempt.done():
                 attempt.cancel()
                 with contextlib.suppress(BaseException):
                     await attempt
-                await progress.abandon()
-                return None
-            try:
-                return attempt.result()
-            except Exception as exc:
-                error = loops.environmental(exc)
-                if error is None or not loops.transient(error):
-                    await progress.abandon()
-                    if error is None or error is exc:
-                        raise  # a bug, or a refusal (schema, runner id in use): exit saying so
-                    raise error from exc  # e.g. bad credentials: say it and exit
-                if progress.steps() > before:
-                    backoff.reset()
-                delay = backoff.next()
-                log.warning("waiting for the database (%s); retrying in %.1fs", error, delay)
-                await loops.wait_or(self.shutdown_requested, delay)
-        await progress.abandon()
-        return None
+            await progress.abandon()
 
     async def _start_up_once(self, progress: _StartUp) -> asyncpg.Connection:
-        """One attempt, from the first step not yet done (or undone since: a lost LISTEN
-        connection took the runner id's lock with it, so registering comes again under
-        the new one's). Collection runs whole every time: what it settled is settled in
-        the database, and it reads the rest afresh."""
+        """One attempt, from the first step not yet done (or undone since: a LISTEN
+        connection that is gone took the runner id's lock with it, so registering comes
+        again under the new one's). Collection runs whole every time: what it settled is
+        settled in the database, and it reads the rest afresh."""
         if not progress.schema_checked:
             await migrate.require_current_async(self.driver)
             progress.schema_checked = True
-        if progress.listener is not None and progress.listener.is_closed():
-            progress.listener, progress.registered = None, False
+        if progress.listener is not None and not await self._session_lives(progress.listener):
+            await progress.abandon()
         if progress.listener is None:
             progress.listener = await self._connect_listener()
         if not progress.registered:
@@ -287,6 +292,23 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         await self._collect()
         self._serving()
         return progress.listener
+
+    async def _session_lives(self, conn: asyncpg.Connection) -> bool:
+        """Whether a LISTEN connection kept from an earlier attempt still holds the runner
+        id's lock, by one round trip: a session the server ended (its keepalives, after a
+        partition) still looks open here until something is sent, and a server demoted
+        meanwhile answers but is not where the pool now goes."""
+        if conn.is_closed():
+            return False
+        try:
+            await conn.fetchval("SELECT 1", timeout=5)
+            if (guard := server_guard(self.dsn)) is not None:
+                await guard(conn)
+        except Exception as exc:
+            if loops.environmental(exc) is None:
+                raise
+            return False
+        return True
 
     async def _collect(self) -> None:
         collected = await collect(self.driver, self.runner, self.kit.journal, adopt=self.kit.adopt)

@@ -13,9 +13,9 @@ server's Unix socket (so the embedded server's local trust auth still applies). 
   probability `drop` a chunk in either direction resets the connection (RST) instead of
   passing; with probability `lose_replies` a chunk from the server does (the statement
   ran, possibly committed, and its reply is lost); with `reset_every` N, every Nth
-  chunk it carries (counted over all its connections, both ways) resets its connection
-  instead: a lossy link without the luck, on which nothing longer than N chunks gets
-  through in one go.
+  chunk it carries (counted over all its connections, both ways, from the `degrade` call)
+  resets its connection instead: a lossy link without the luck, on which no exchange of
+  N chunks or more gets through in one go.
 
 The proxy runs its own event loop in a thread, so a test drives it from synchronous code.
 """

@@ -136,12 +136,24 @@ def test_a_runner_starts_on_a_link_that_never_carries_its_whole_start_up(
             assert "waiting for the database" in log.read_text()  # the link did cut it off
             proxy.degrade()
             with connect(fleet_dsn, autocommit=True) as conn:
+                wait_until(
+                    lambda: _one(conn, _LISTEN_SESSION_HOLDS_THE_ID) == 1,
+                    what="the runner's LISTEN session to hold its id's lock",
+                )
                 job = _submit(conn, "ping", repo.head)
                 wait_until(lambda: job_state(conn, job) == "succeeded", what="a job to run")
             assert "Traceback" not in log.read_text()
         finally:
             runner.terminate()
-            runner.wait(timeout=30)
+            code = runner.wait(timeout=30)
+        assert code == 0, log.read_text()
+
+
+_LISTEN_SESSION_HOLDS_THE_ID = (
+    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted "
+    "AND a.application_name LIKE 'fleetq-runner-listen %'"
+)
 
 
 def test_a_second_process_with_the_same_runner_id_is_refused(
