@@ -64,18 +64,11 @@ class RunnerConfig(BaseModel):
     orphans: Literal["kill", "adopt"] = "kill"
     # run command jobs as this user (the runner must be root), not as the runner's uid
     job_user: str | None = None
-    # the event loop (fleetq/runner/eventloop.py): auto is uvloop unless job_user is set
-    loop: Literal["auto", "asyncio", "uvloop"] = "auto"
 
     @model_validator(mode="after")
     def _job_user_kills_orphans(self) -> RunnerConfig:
         if self.job_user is not None and self.orphans == "adopt":
             raise ValueError("job_user works with orphans = kill only (for now)")
-        if self.job_user is not None and self.loop == "uvloop":
-            raise ValueError(
-                "job_user needs loop = asyncio or auto: uvloop cannot start a process as "
-                "another user"
-            )
         return self
 
     @property

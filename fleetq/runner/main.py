@@ -13,7 +13,7 @@ from pathlib import Path
 from fleetq.core.db import as_uri, resolve_dsn
 from fleetq.core.errors import FleetqError
 from fleetq.runner import config as runner_config
-from fleetq.runner import eventloop, metrics, orphans, tracing
+from fleetq.runner import metrics, orphans, tracing
 from fleetq.runner.service import RunnerService, install_signals
 
 
@@ -104,12 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
         "runner must be root; recommended whenever it is)",
     )
     p.add_argument(
-        "--loop",
-        choices=["auto", "asyncio", "uvloop"],
-        help="the event loop: auto (default) is uvloop, which costs a runner less CPU per "
-        "job, unless --job-user is given (uvloop cannot start a process as another user)",
-    )
-    p.add_argument(
         "--metrics-port",
         type=int,
         metavar="PORT",
@@ -173,7 +167,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "exit_when_drained": args.exit_when_drained or None,
         "orphans": args.orphans,
         "job_user": args.job_user,
-        "loop": args.loop,
         "lanes": dict(args.lane) or None,
         "capabilities": args.capability or None,
     }
@@ -189,10 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             install_signals(service, asyncio.get_running_loop().add_signal_handler)
             return await service.run(as_uri(resolve_dsn(config.dsn)))
 
-        kind = eventloop.choose(config)
         settle_heap()
         try:
-            return eventloop.run(kind, serve())
+            return asyncio.run(serve())
         finally:
             tracing.shutdown()
     except FleetqError as exc:

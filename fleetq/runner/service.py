@@ -45,7 +45,7 @@ from fleetq.core.models import (
     RunnerState,
     StartReport,
 )
-from fleetq.runner import eventloop, executor, identity, loops, metrics, orphans
+from fleetq.runner import executor, identity, loops, metrics, orphans
 from fleetq.runner.base import log
 from fleetq.runner.claiming import Claiming
 from fleetq.runner.collection import collect
@@ -374,14 +374,13 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         c = self.config
         lanes = " ".join(f"{lane}={slots}" for lane, slots in sorted(c.lanes.items()))
         log.info(
-            "runner %s serving %s capabilities=%s memory_mb=%d cpus=%g state=%s loop=%s",
+            "runner %s serving %s capabilities=%s memory_mb=%d cpus=%g state=%s",
             self.runner,
             lanes,
             ",".join(c.capabilities) or "-",
             c.memory_mb,
             c.cpus,
             self.state,
-            eventloop.running(),
         )
 
     async def _shutdown(self, reporter_stop: asyncio.Event) -> None:

@@ -28,13 +28,13 @@ def test_the_runner_serves_with_its_start_up_heap_frozen(
     walked that heap again (12% of a runner's CPU under a backlog, 4% with this)."""
     seen: dict[str, object] = {}
 
-    def loop_would_start(_kind: str, coro: Coroutine[Any, Any, int]) -> int:
+    def loop_would_start(coro: Coroutine[Any, Any, int]) -> int:
         coro.close()
         seen["frozen"] = gc.get_freeze_count()
         seen["young"] = gc.get_threshold()[0]
         return 0
 
-    monkeypatch.setattr("fleetq.runner.main.eventloop.run", loop_would_start)
+    monkeypatch.setattr("fleetq.runner.main.asyncio.run", loop_would_start)
     argv = ["--dsn", "postgresql://nowhere/x", "--node", "n1", "--name", "r1"]
     code = runner_main.main([*argv, "--lane", "checks=1", "--work-dir", str(tmp_path)])
     assert code == 0
