@@ -187,7 +187,7 @@ async def run_command(
     run_id = env.get("FLEETQ_RUN_ID", "")
     if waiter in done:
         await terminate_group(proc.pid, grace_s=0)  # leftovers the command left behind
-        await asyncio.to_thread(orphans.kill_run, run_id)
+        await asyncio.to_thread(_end_run, run_id, proc.pid)
         gone = time.monotonic()
         finished = _exited(proc.returncode, _tail(log_path), elapsed())
         limit = (limits or Limits()).reason(finished.signal)
@@ -208,7 +208,7 @@ async def run_command(
             ended_monotonic=None,
         )
     await waiter
-    await asyncio.to_thread(orphans.kill_run, run_id)
+    await asyncio.to_thread(_end_run, run_id, proc.pid)
     gone = time.monotonic()
     if timed_out:
         return Finished(
@@ -407,6 +407,13 @@ def _launch_failed(log_path: Path, why: str) -> Finished:
 
 def _since(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
+
+
+def _end_run(run_id: str, session: int) -> None:
+    """After a run's main process is gone and its group stopped: kill what escaped the
+    group (`setsid`), and reap the zombies its session left with the runner."""
+    orphans.kill_run(run_id)
+    orphans.reap_session(session)
 
 
 async def terminate_group(pgid: int, *, grace_s: float, deadline_s: float = 30.0) -> bool:

@@ -6,7 +6,8 @@ Three layers, because each alone has a gap:
 - every job's main process gets a *parent-death signal* (SIGKILL), so a kill -9 of the
   runner takes the job with it instead of leaving it running unowned;
 - when a run ends, every process still carrying its `FLEETQ_RUN_ID` in its environment
-  (a grandchild that escaped the process group with `setsid`) is killed and reaped.
+  (a grandchild that escaped the process group with `setsid`) is killed and reaped, and
+  so is what is left of its session (`reap_session`).
 """
 
 from __future__ import annotations
@@ -65,6 +66,24 @@ def carrying(run_id: str) -> list[int]:
             if marker in f.read().split(b"\0"):
                 found.append(proc.pid)
     return found
+
+
+def reap_session(sid: int) -> list[int]:
+    """Reap the zombies a job's session left with this process: a background child the
+    job orphaned (reparented here, the subreaper) that exited or was killed with its
+    group. Nothing else waits for them, and each zombie holds a pid for as long as the
+    runner lives. Only the job's own session, never its leader (the job's main process):
+    every other child of the runner (another job's main process, staging's git) is the
+    event loop's to wait for, and taking its exit status would make that wait fail.
+    Returns the pids reaped."""
+    reaped: list[int] = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error, OSError):
+            if child.pid == sid or child.status() != psutil.STATUS_ZOMBIE:
+                continue
+            if os.getsid(child.pid) == sid and os.waitpid(child.pid, os.WNOHANG)[0]:
+                reaped.append(child.pid)
+    return reaped
 
 
 def kill_run(run_id: str) -> list[int]:

@@ -101,12 +101,19 @@ def test_a_timed_out_job_leaves_no_process_behind(
 ) -> None:
     with connect(fleet_dsn, autocommit=True) as conn:
         job = _submit(conn, "hang", repo.head)
-        start_runner()
+        runner = start_runner()
         wait_until(lambda: job_state(conn, job) == "failed", what="the timeout")
         (reason,) = _row(conn, "SELECT reason FROM fleetq.verdicts WHERE job_id = $1", job)
         (pid,) = _row(conn, "SELECT pid FROM fleetq.executions WHERE job_id = $1", job)
         assert reason == "timeout"
         assert not _group_alive(int(str(pid)))
+        # the shell's two sleeps, orphaned to the runner (a subreaper) and killed with the
+        # group, were zombies of the runner for as long as it lived: a pid each, per job
+        assert _zombie_children(runner.proc.pid) == []
+
+
+def _zombie_children(pid: int) -> list[int]:
+    return [c.pid for c in psutil.Process(pid).children() if c.status() == psutil.STATUS_ZOMBIE]
 
 
 def test_cancel_stops_the_process_and_confirms(
