@@ -13,7 +13,7 @@ import time
 import asyncpg
 
 from fleetq.core import leasing
-from fleetq.core.driver import connect_each_host, mapped_errors, server_guard
+from fleetq.core.driver import ServerGuard, connect_each_host, mapped_errors, server_guard
 from fleetq.core.models import JobId
 from fleetq.runner import identity, loops
 from fleetq.runner.base import RunnerBase, log
@@ -113,11 +113,21 @@ class Control(RunnerBase):
             stop.cancel()
             gone.cancel()
             if not self.done.is_set() and not lost.is_set():
-                await conn.fetchval("SELECT 1", timeout=5)  # a silent network drop shows here
-                # A server demoted or fenced read-only stays reachable but hears no
-                # submit: the new primary's NOTIFYs go to its own listeners only.
-                if guard is not None:
-                    await guard(conn)
+                await _probe(conn, guard)
+
+    async def _session_lives(self, conn: asyncpg.Connection) -> bool:
+        """Whether a LISTEN connection kept from an earlier attempt still holds the runner
+        id's lock (start-up's reuse): a session the server ended (its keepalives, after a
+        partition) still looks open here until something is sent."""
+        if conn.is_closed():
+            return False
+        try:
+            await _probe(conn, server_guard(self.dsn))
+        except Exception as exc:
+            if loops.environmental(exc) is None:
+                raise
+            return False
+        return True
 
     def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         """A wake-up names a lane, or a lane and the one runner chosen to claim a new job
@@ -164,3 +174,12 @@ def _set_event(event: asyncio.Event, _conn: object) -> None:
 async def close_quietly(conn: asyncpg.Connection) -> None:
     with contextlib.suppress(Exception):
         await conn.close(timeout=2)
+
+
+async def _probe(conn: asyncpg.Connection, guard: ServerGuard | None) -> None:
+    """One round trip on a LISTEN connection: a silent network drop shows here. A server
+    demoted or fenced read-only stays reachable but hears no submit (the new primary's
+    NOTIFYs go to its own listeners only): the guard refuses it."""
+    await conn.fetchval("SELECT 1", timeout=5)
+    if guard is not None:
+        await guard(conn)

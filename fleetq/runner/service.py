@@ -293,23 +293,6 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         self._serving()
         return progress.listener
 
-    async def _session_lives(self, conn: asyncpg.Connection) -> bool:
-        """Whether a LISTEN connection kept from an earlier attempt still holds the runner
-        id's lock, by one round trip: a session the server ended (its keepalives, after a
-        partition) still looks open here until something is sent, and a server demoted
-        meanwhile answers but is not where the pool now goes."""
-        if conn.is_closed():
-            return False
-        try:
-            await conn.fetchval("SELECT 1", timeout=5)
-            if (guard := server_guard(self.dsn)) is not None:
-                await guard(conn)
-        except Exception as exc:
-            if loops.environmental(exc) is None:
-                raise
-            return False
-        return True
-
     async def _collect(self) -> None:
         collected = await collect(self.driver, self.runner, self.kit.journal, adopt=self.kit.adopt)
         for entry in collected.adopted:
