@@ -346,6 +346,9 @@ BEGIN
                 k := k + 1;
             END IF;
         END LOOP;
+        IF k <= coalesce(cardinality(v_made_ids), 0) THEN  -- the walk's premise broke
+            RAISE EXCEPTION 'submit_many: job ids were not drawn in input order';
+        END IF;
 
         -- A job not made here names an existing one by its key: the same request answers
         -- it, a different one is refused. A new statement, so a new snapshot: it sees what
