@@ -229,6 +229,7 @@ DECLARE
     v_made_ids bigint[];         -- the jobs made, ascending (ids ascend with input order)
     v_made bigint[];             -- per input row, the job it made, or NULL
     v_lanes text[];
+    v_all_new boolean;           -- every input row made a job (no key was used already)
     k integer := 1;
     v_ids regclass := pg_get_serial_sequence('fleetq.jobs', 'id');  -- looked up once
 BEGIN
@@ -335,10 +336,9 @@ BEGIN
            array_agg(m.id ORDER BY m.id), array_agg(DISTINCT m.lane)
     INTO v_ids_by_n, v_class_by_n, v_made_ids, v_lanes
     FROM made m;
+    v_all_new := coalesce(cardinality(v_made_ids), 0) = v_count;
 
-    IF coalesce(cardinality(v_made_ids), 0) = v_count THEN
-        v_made := v_ids_by_n;
-    ELSE
+    IF NOT v_all_new THEN
         v_made := array_fill(NULL::bigint, ARRAY[v_count]);
         FOR n IN 1 .. v_count LOOP
             IF v_made_ids[k] = v_ids_by_n[n] THEN
@@ -383,7 +383,7 @@ BEGIN
         PERFORM pg_notify('fleetq_work', lane) FROM unnest(v_lanes) AS lane;
     END IF;
 
-    IF coalesce(cardinality(v_made_ids), 0) = v_count THEN  -- every job is new
+    IF v_all_new THEN
         RETURN QUERY SELECT m.id, true, 'queued'::text, m.class
                      FROM unnest(v_ids_by_n, v_class_by_n) AS m(id, class);
         RETURN;
