@@ -32,9 +32,24 @@
 -- seconds per million jobs on a two-CPU machine); migration 0028 validates it under a
 -- lock that lets them go on.
 --
--- The body names only built-in operators and functions, and plpgsql resolves them under
--- the search_path of the session's first call: fleetq's entry points pin theirs to
--- pg_catalog, and only the schema's owner and administrators write the table otherwise.
+-- The body names built-in operators and functions unqualified, and plpgsql resolves
+-- them under the search_path of each call (the old constraints had theirs resolved when
+-- they were made). Every fleetq entry point pins its own to pg_catalog, a login cannot
+-- write the table otherwise, and pg_temp is never searched for an operator; what is left
+-- is an administrator who puts a schema of their own ahead of pg_catalog, and who could
+-- drop the constraint as well. Qualifying every operator (OPERATOR(pg_catalog.>=)) would
+-- close that at the cost of reading the rules; a SET clause on the function would cost
+-- a setting's save and restore per row.
+--
+-- The function is fleetq_owner's from the start: the protocol's writers run as that role,
+-- and where the migrating role's default privileges withhold EXECUTE from PUBLIC, a
+-- function of its own would refuse them until fleetq.secure() ran, at the end of the run.
+--
+-- Dropping the constraints takes ACCESS EXCLUSIVE on fleetq.jobs for an instant; a lock
+-- that does not come within 5 s fails the migration (run it again) rather than queueing
+-- every submit and claim behind it (as migration 0024).
+
+SET LOCAL lock_timeout = '5s';
 
 CREATE FUNCTION fleetq.jobs_row_ok(attempts smallint, state text, lease_owner text,
                                    lease_expires_at timestamptz, reserved_on text,
@@ -87,6 +102,9 @@ BEGIN
               CONSTRAINT = v_broken;
 END;
 $function$;
+ALTER FUNCTION fleetq.jobs_row_ok(smallint, text, text, timestamptz, text, timestamptz, text,
+                                  integer, text, bigint, integer, smallint, smallint,
+                                  timestamptz, integer, text) OWNER TO fleetq_owner;
 
 ALTER TABLE fleetq.jobs
     DROP CONSTRAINT jobs_state_check,

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from fleetq.core.db import SyncConnection
+from fleetq.core.resources import shipped_dir
 from tests import fleet
 from tests.fleet import SHA
 
@@ -102,3 +103,33 @@ def test_a_job_s_rules_are_one_constraint_compiled_once_per_session(
         "WHERE p.oid = 'fleetq.jobs_row_ok'::regproc"
     ).fetchone() or (None,)
     assert language == "plpgsql"  # a SQL function would be inlined: its text again
+
+
+def test_validating_the_rules_outlasts_the_migration_sessions_statement_timeout(
+    sync_conn: SyncConnection, job: int
+) -> None:
+    """Migration 0028 reads every job, and `fleetq migrate`'s sessions stop a statement
+    after 30 s: past a few million jobs it could never be applied. It lifts the limit
+    for its own transaction (here the limit is 1 ms, and 20,000 jobs take longer)."""
+    sync_conn.execute(
+        "INSERT INTO fleetq.jobs (project, operation, commit_sha, lane, timeout_s, "
+        "submitted_by, priority_class) SELECT project, operation, commit_sha, lane, "
+        "timeout_s, submitted_by, priority_class FROM fleetq.jobs, generate_series(1, 20000) "
+        "WHERE id = $1",
+        [job],
+    )
+    (rules,) = sync_conn.execute(
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'jobs_rules'"
+    ).fetchone() or ("",)
+    sync_conn.execute(
+        f"ALTER TABLE fleetq.jobs DROP CONSTRAINT jobs_rules, "
+        f"ADD CONSTRAINT jobs_rules {rules} NOT VALID"
+    )
+    migration = shipped_dir("migrations") / "0028_job_rules_validated.sql"
+    with sync_conn.transaction():
+        sync_conn.execute("SET LOCAL statement_timeout = '1ms'")
+        sync_conn.execute(migration.read_text())
+    (valid,) = sync_conn.execute(
+        "SELECT convalidated FROM pg_constraint WHERE conname = 'jobs_rules'"
+    ).fetchone() or (False,)
+    assert valid
