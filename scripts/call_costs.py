@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import sys
 import time
@@ -158,11 +159,10 @@ def cycle_call(
     rows = conn.execute(queries.sql("lease_claim"), [runner, "checks", batch, uuid.uuid4()])
     held = [(r[0], r[1]) for r in rows.fetchall()]
     statement = queries.sql("lease_complete_and_claim")
-    calls_made = [0]
+    calls_made = itertools.count(1)
 
     def one() -> None:
-        calls_made[0] += 1
-        if calls_made[0] % BEAT_EVERY == 0:
+        if next(calls_made) % BEAT_EVERY == 0:
             beat(conn, runner)  # a long cycle outlives the runner's offline_after (30 s)
         ids, tokens = [h[0] for h in held], [h[1] for h in held]
         k, none = len(ids), [None] * len(ids)

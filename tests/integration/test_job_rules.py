@@ -10,20 +10,18 @@ import pytest
 
 from fleetq.core.db import SyncConnection
 from fleetq.core.resources import shipped_dir
-from tests import fleet
-from tests.fleet import SHA
+from tests import factories
 
 
 @pytest.fixture
 def job(sync_conn: SyncConnection) -> int:
     """A queued job, which keeps every rule."""
-    fleet.operations(sync_conn)
-    row = sync_conn.execute(
-        "SELECT job_id FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, 'a', '{}')",
-        [SHA],
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
+    return factories.job(sync_conn)
+
+
+def state_of(conn: SyncConnection, job: int) -> str | None:
+    row = conn.execute("SELECT state FROM fleetq.jobs WHERE id = $1", [job]).fetchone()
+    return None if row is None else str(row[0])
 
 
 # Each change breaks one rule of a queued job and no other.
@@ -58,10 +56,7 @@ def test_each_rule_of_a_job_s_row_refuses_a_row_that_breaks_it(
     assert caught.value.diag.constraint_name == rule
     assert caught.value.diag.table_name == "jobs"
     assert f'violates check constraint "{rule}"' in str(caught.value)
-    (state,) = sync_conn.execute(
-        "SELECT state FROM fleetq.jobs WHERE id = $1", [job]
-    ).fetchone() or (None,)
-    assert state == "queued"
+    assert state_of(sync_conn, job) == "queued"
 
 
 def test_a_row_that_keeps_every_rule_is_written(sync_conn: SyncConnection, job: int) -> None:
@@ -80,10 +75,7 @@ def test_a_row_that_keeps_every_rule_is_written(sync_conn: SyncConnection, job: 
         "traceparent = NULL WHERE id = $1",
         [job],
     )
-    (state,) = sync_conn.execute(
-        "SELECT state FROM fleetq.jobs WHERE id = $1", [job]
-    ).fetchone() or (None,)
-    assert state == "succeeded"
+    assert state_of(sync_conn, job) == "succeeded"
 
 
 def test_a_job_s_rules_are_one_constraint_compiled_once_per_session(
