@@ -28,10 +28,12 @@ FIGURES = {
 }
 
 
-def _compare(server_dsn: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def _compare(
+    server_dsn: str, *extra: str, systems: str = "fleetq,pgqueuer-default"
+) -> subprocess.CompletedProcess[str]:
     argv = [
         sys.executable, "-m", "fleetq", "--dsn", server_dsn, "bench", "--compare",
-        "--systems", "fleetq,pgqueuer-default", "--jobs", "200", "--runs", "1",
+        "--systems", systems, "--jobs", "200", "--runs", "1",
         "--runners", "2", "--warmup", "20", "--rate", "50", "--latency-seconds", "0.5",
         "--idle-seconds", "0.5", "--settle", "0", *extra,
     ]  # fmt: skip
@@ -75,6 +77,21 @@ def test_compare_markdown_and_plots(server_dsn: str, tmp_path: Path) -> None:
     pngs = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert pngs == ["latency.png", "throughput.png", "write_xacts.png"]
     assert all((tmp_path / "plots" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+
+def test_the_floor_runs_every_job_once(server_dsn: str) -> None:
+    """The floor needs nothing from the bench group: its rows run wherever fleetq does,
+    and each job is claimed and ended exactly once (its span counts them from its table)."""
+    run = _compare(server_dsn, systems="floor-cap8")
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads(run.stdout)["systems"]
+    assert (row["system"], row["kind"], row["in_flight_per_worker"]) == ("floor-cap8", "floor", 8)
+    (raw,) = row["runs"]
+    assert raw["throughput"]["jobs"] == raw["throughput"]["succeeded"] == 200
+    assert raw["latency"]["jobs"] == 25
+    assert raw["latency"]["enqueue_to_start_ms"]["p50"] > 0
+    # a claim and the ends' write per batch of 8 at least: more than nothing, far below 2
+    assert 0 < row["summary"]["throughput.costs.write_xacts_per_job"]["median"] < 2
 
 
 def test_unknown_system_is_a_usage_error(server_dsn: str) -> None:

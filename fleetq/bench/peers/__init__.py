@@ -4,7 +4,9 @@ A `System` is one row of the comparison: a queue and the settings its workers ru
 Rows that cap a worker's jobs in flight at the same number (`in_flight_per_worker`)
 compare pairwise; `batch` is how many jobs one claim may take. The peers' libraries
 (pgqueuer, procrastinate) come from the `bench` dependency group and are imported only
-when a row of theirs is measured, so the default install never needs them.
+when a row of theirs is measured, so the default install never needs them. The `floor`
+rows are no product: the least a durable queue on PostgreSQL does for a job
+(`peers/floor.py`), the reference every other row is read against.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ SYSTEMS: dict[str, System] = {
             "run_worker_async(concurrency=8, listen_notify=True); pool of 8 connections; "
             "it fetches one job per query",
         ),
+        System("floor", "floor", 512, 256, "in flight 512, batch 256 (as fleetq's defaults)"),
+        System("floor-cap8", "floor", 8, 8, "in flight 8, batch 8"),
+        System("floor-cap32", "floor", 32, 32, "in flight 32, batch 32"),
     )
 }
 

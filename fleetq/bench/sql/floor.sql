@@ -1,0 +1,50 @@
+-- The floor (fleetq/bench/peers/floor.py): the least a durable PostgreSQL queue does for
+-- a job, one statement per step: an INSERT and a NOTIFY to enqueue, an UPDATE ... FOR
+-- UPDATE SKIP LOCKED to claim, an UPDATE to record the end. No identity, no event, no
+-- eligibility, no lease, no reservation: what any queue on this server pays at least.
+
+-- name: floor_install
+CREATE TABLE floor_jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    state text NOT NULL DEFAULT 'queued',
+    payload jsonb,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    picked_at timestamptz,
+    done_at timestamptz
+);
+CREATE INDEX floor_jobs_queued ON floor_jobs (id) WHERE state = 'queued';
+
+-- name: floor_enqueue
+-- $1 jobs: no-op jobs (no payload) in one INSERT, one NOTIFY; answers the first id.
+WITH made AS (
+    INSERT INTO floor_jobs (payload) SELECT NULL FROM generate_series(1, $1::integer)
+    RETURNING id
+)
+SELECT min(id) AS first, pg_notify('floor', '') FROM made;
+
+-- name: floor_submit
+-- $1 payload (JSON text): one job and its NOTIFY.
+WITH made AS (INSERT INTO floor_jobs (payload) VALUES ($1::text::jsonb) RETURNING id)
+SELECT id, pg_notify('floor', '') FROM made;
+
+-- name: floor_claim
+-- $1 limit: the oldest queued jobs, taken.
+UPDATE floor_jobs j SET state = 'picked', picked_at = clock_timestamp()
+FROM (SELECT id FROM floor_jobs WHERE state = 'queued' ORDER BY id LIMIT $1::integer
+      FOR UPDATE SKIP LOCKED) c
+WHERE j.id = c.id
+RETURNING j.id, j.payload::text AS payload;
+
+-- name: floor_done
+-- $1 job ids: their ends, in one statement.
+UPDATE floor_jobs SET state = 'done', done_at = clock_timestamp() WHERE id = ANY ($1::bigint[]);
+
+-- name: floor_open
+-- 1 while any job is queued or picked.
+SELECT EXISTS (SELECT 1 FROM floor_jobs WHERE state <> 'done')::integer AS open;
+
+-- name: floor_span
+-- First pick to last end, database time. $1 first job id, $2 the first id after the phase's
+SELECT count(*) AS jobs, count(*) FILTER (WHERE state = 'done') AS succeeded,
+       extract(epoch FROM max(done_at) - min(picked_at))::float8 AS seconds
+FROM floor_jobs WHERE id >= $1::bigint AND id < $2::bigint;
