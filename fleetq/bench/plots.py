@@ -58,7 +58,10 @@ def plot(report: dict[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, title, ylabel, series in FIGURES:
-        fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
+        # wide enough that every row's two-line label stays apart from its neighbours'
+        fig, ax = plt.subplots(
+            figsize=(max(10.0, 1.3 * len(report["systems"])), 4.8), layout="constrained"
+        )
         _bars(ax, report["systems"], series)
         ax.set_title(title)
         ax.set_ylabel(ylabel)

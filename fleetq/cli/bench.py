@@ -1,5 +1,7 @@
 """`fleetq bench`: throughput, latency and per-job costs of no-op jobs; with
-`--compare`, the same workload through fleetq and its peers (pgqueuer, procrastinate).
+`--compare`, the same workload through fleetq and its peers (pgqueuer, procrastinate),
+and through the floor: the least a durable PostgreSQL queue does for a job (one statement
+per step, no guarantee beyond running what committed), to read every figure against.
 
 Each measurement runs in a scratch database of its own on the selected server (created,
 schema installed, dropped), starts real worker processes before any clock runs, and
@@ -50,7 +52,7 @@ def register(commands: Commands) -> None:
     p = commands.add_parser(
         "bench",
         help="measure throughput, latency and per-job costs with no-op jobs (--compare: "
-        "side by side with pgqueuer and procrastinate)",
+        "side by side with pgqueuer, procrastinate and the floor)",
         description=__doc__ + "\nsystems: " + ", ".join(peers.SYSTEMS),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
