@@ -1,11 +1,11 @@
-"""Where enqueue -> start goes: each step of the path, timed at the stream's pace.
+"""Where enqueue -> start goes: each step of the path, timed one spaced call at a time.
 
     uv run python scripts/latency_path.py [--dsn DSN] [--rate 20] [--calls 200] [--rounds 3]
 
 `fleetq bench` times the whole path (the producer's clock before the submit to the
 handler's first line). This times its parts on an otherwise idle server, each call on
-the client's clock, spaced as the stream spaces them (a call every 1/rate s: a server
-process woken for each call, as in the stream, not a hot loop's warm caches; the
+the client's clock, spaced (a call every 1/rate s, default 20: each finds its server
+process idle since the last, as a stream's calls do, not a hot loop's warm caches; the
 whole run takes about calls x rounds x 7 / rate seconds):
 
 - `SELECT 1`: one round trip;
@@ -45,13 +45,20 @@ from tests import factories  # noqa: E402
 Step = Callable[[], object]
 
 
-def paced(rate: float, calls: int, steps: dict[str, Step], out: dict[str, list[float]]) -> None:
+def paced(
+    rate: float,
+    calls: int,
+    steps: dict[str, Step],
+    out: dict[str, list[float]],
+    between: Callable[[], None],
+) -> None:
     """Run each step `calls` times, taking turns, one call every 1/rate s: every call
-    finds the server idle since the last, as a call of the stream does."""
+    finds the server idle since the last. `between` runs before each call, untimed."""
     due = time.monotonic()
     for _ in range(calls):
         for name, step in steps.items():
             due += 1 / rate
+            between()
             time.sleep(max(0.0, due - time.monotonic()))  # pacing, not synchronisation
             t0 = time.perf_counter()
             step()
@@ -80,10 +87,11 @@ def main() -> int:
         lax = stack.enter_context(connect(dsn, autocommit=True))
         lax.execute("SET synchronous_commit = off")
         kinds = _kinds(producer, runner_conn, lax, runner, project, operation)
+        beats = stack.enter_context(connect(dsn, autocommit=True))
+        alive = Heartbeat(beats, runner)
         for _ in range(args.rounds):
             for steps in kinds:
-                _alive(producer, runner)
-                paced(args.rate, args.calls, steps, out)
+                paced(args.rate, args.calls, steps, out, alive)
     print(
         f"{'step':28} {'p50 ms':>7} {'p90 ms':>7}   ({args.calls * args.rounds} calls each,"
         f" {args.rate:g}/s)"
@@ -133,11 +141,20 @@ def _kinds(
     ]
 
 
-def _alive(conn: SyncConnection, runner: str) -> None:
-    """The runner has no heartbeat loop here: alive as of now (offline after 30 s)."""
-    conn.execute(
-        "UPDATE fleetq.runners SET last_heartbeat_at = clock_timestamp() WHERE id = $1", [runner]
-    )
+class Heartbeat:
+    """The runner has no heartbeat loop here (it is offline 30 s after its last beat):
+    its row renewed every 10 s, on a connection of its own, outside the timed calls."""
+
+    def __init__(self, conn: SyncConnection, runner: str) -> None:
+        self.conn, self.runner, self.last = conn, runner, -1e9
+
+    def __call__(self) -> None:
+        if time.monotonic() - self.last >= 10:
+            self.conn.execute(
+                "UPDATE fleetq.runners SET last_heartbeat_at = clock_timestamp() WHERE id = $1",
+                [self.runner],
+            )
+            self.last = time.monotonic()
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ def test_compare_markdown_and_plots(server_dsn: str, tmp_path: Path) -> None:
 
 def test_the_floor_runs_every_job_once(server_dsn: str) -> None:
     """The floor needs nothing from the bench group: its rows run wherever fleetq does,
-    and each job is claimed and ended exactly once (its span counts them from its table)."""
+    and each job is claimed and ended exactly once (its span counts a job succeeded only
+    when it ended, claimed once: a job claimed twice, or never ended, fails this)."""
     run = _compare(server_dsn, systems="floor-cap8")
     assert run.returncode == 0, run.stderr
     (row,) = json.loads(run.stdout)["systems"]

@@ -86,8 +86,9 @@ def test_rows_with_equal_caps_pair_up() -> None:
     caps: dict[int | None, set[str]] = {}
     for s in SYSTEMS.values():
         caps.setdefault(s.in_flight_per_worker, set()).add(s.kind)
-    assert caps[8] == {"fleetq", "pgqueuer", "procrastinate"}
-    assert caps[32] == {"fleetq", "pgqueuer"}
+    assert caps[8] == {"fleetq", "pgqueuer", "procrastinate", "floor"}
+    assert caps[32] == {"fleetq", "pgqueuer", "floor"}
+    assert caps[512] == {"fleetq", "floor"}  # the floor beside fleetq's defaults
 
 
 def _row(system: System, jobs_per_s: list[float]) -> dict[str, object]:

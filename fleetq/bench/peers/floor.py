@@ -2,8 +2,9 @@
 
 Not a product: a reference, so that fleetq's and its peers' figures can be read against
 what this server and this machine allow at all. One table; one statement per step (an
-INSERT with its NOTIFY to enqueue, an UPDATE ... FOR UPDATE SKIP LOCKED to claim, an UPDATE
-to record the ends of a batch), each its own durable transaction, as every peer's are.
+INSERT with a NOTIFY to one worker to enqueue, an UPDATE ... FOR UPDATE SKIP LOCKED to
+claim, an UPDATE to record the ends of a batch), each its own durable transaction, as
+every peer's are.
 Nothing else: no identity check, no event row, no eligibility, no lease or fencing token,
 no reservation, no verdict (`fleetq/bench/sql/floor.sql`). Workers are
 `python -m fleetq.bench.peers.floor_worker` on asyncpg and asyncio's own event loop, as
@@ -31,6 +32,7 @@ class FloorPeer:
     def __init__(self, system: System) -> None:
         self.system = system
         self._conn: asyncpg.Connection | None = None
+        self._workers = 0  # how many worker_argv made: each LISTENs on floor_<index>
 
     @property
     def conn(self) -> asyncpg.Connection:
@@ -51,15 +53,19 @@ class FloorPeer:
         self._conn = await asyncpg.connect(as_uri(dsn))
 
     async def enqueue(self, jobs: int) -> int:
-        """One INSERT of every job, one NOTIFY."""
-        return int(await self.conn.fetchval(SQL.sql("floor_enqueue"), jobs, timeout=300))
+        """One INSERT of every job, a NOTIFY to each worker."""
+        workers = max(1, self._workers)
+        return int(await self.conn.fetchval(SQL.sql("floor_enqueue"), jobs, workers, timeout=300))
 
     async def submit(self, t0: float) -> int:
-        """One job whose payload holds `t0`, and its NOTIFY."""
-        return int(await self.conn.fetchval(SQL.sql("floor_submit"), json.dumps({"t0": t0})))
+        """One job whose payload holds `t0`, and a NOTIFY to one worker."""
+        payload = json.dumps({"t0": t0})
+        workers = max(1, self._workers)
+        return int(await self.conn.fetchval(SQL.sql("floor_submit"), payload, workers))
 
     def worker_argv(self, dsn: str, index: int, work: Path) -> list[str]:
-        """A floor worker with this row's batch and cap."""
+        """A floor worker with this row's batch and cap, LISTENing on `floor_<index>`."""
+        self._workers = max(self._workers, index + 1)
         return [
             sys.executable,
             "-m",
@@ -70,6 +76,8 @@ class FloorPeer:
             str(self.system.batch),
             "--cap",
             str(self.system.in_flight_per_worker or self.system.batch),
+            "--channel",
+            f"floor_{index}",
             "--samples",
             str(work / f"samples-{index}.txt"),
             "--ready",

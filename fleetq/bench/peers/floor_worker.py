@@ -1,10 +1,13 @@
 """One worker process of the floor (`fleetq.bench.peers.floor`), run as `python -m`.
 
-A claim loop woken by NOTIFY (and a poll every half second, as `fleetq bench` runs
-fleetq's runners) takes up to the batch, as far as the in-flight cap leaves room; each
-job runs as a task; one writer records the ends of whatever jobs finished meanwhile in
-one statement, and only then is their room free again (as a fleetq runner's slot frees
-when its outcome commits). Three connections: LISTEN, claims, ends. Until SIGTERM.
+A claim loop woken by a NOTIFY on the worker's own channel (a submit wakes one worker,
+as fleetq's names one runner; a poll every half second, as `fleetq bench` runs fleetq's
+runners, finds what another worker left) takes up to the batch, as far as the in-flight
+cap leaves room; each job runs as a task; one writer records the ends of whatever jobs
+finished meanwhile in one statement, and only then is their room free again (as a
+fleetq runner's slot frees when its outcome commits); a worker that was full looks
+again then. Three connections: LISTEN, claims, ends. Until SIGTERM; a job or loop that
+fails stops the worker, saying why.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ def main() -> None:
     p.add_argument("--dsn", required=True)
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--cap", type=int, required=True, help="jobs in flight at most")
+    p.add_argument("--channel", required=True, help="the channel this worker LISTENs on")
     p.add_argument("--samples", type=Path, required=True)
     p.add_argument("--ready", type=Path, required=True)
     asyncio.run(Worker(p.parse_args()).run())
@@ -49,6 +53,7 @@ class Worker:
         self.in_flight = 0
         self.ended: list[int] = []
         self.tasks: set[asyncio.Task[None]] = set()
+        self.failed: BaseException | None = None
 
     async def run(self) -> None:
         dsn = as_uri(self.args.dsn)
@@ -57,15 +62,18 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
         try:
-            await listener.add_listener("floor", lambda *_: self.wake.set())
+            await listener.add_listener(self.args.channel, lambda *_: self.wake.set())
             self.args.ready.touch()
             loops = [asyncio.create_task(self._claim(claims)), asyncio.create_task(self._end(ends))]
             stop = asyncio.create_task(self.stop.wait())
             await asyncio.wait([stop, *loops], return_when=asyncio.FIRST_COMPLETED)
             for task in (stop, *loops):
                 task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            if self.failed is not None:
+                raise self.failed
             for task in loops:  # a loop that ended by itself failed: say why, loudly
-                if task.done() and not task.cancelled() and task.exception() is not None:
+                if not task.cancelled() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
             self.samples.close()
@@ -89,11 +97,16 @@ class Worker:
                 await asyncio.wait_for(self.wake.wait(), POLL_S)
 
     async def _job(self, job_id: int, payload: str | None) -> None:
-        if payload is not None:  # a latency job: stamp its first line
-            t1 = time.time()
-            self.samples.write(float(json.loads(payload)["t0"]), t1)
-        self.ended.append(job_id)
-        self.finished.set()
+        try:
+            if payload is not None:  # a latency job: stamp its first line
+                t1 = time.time()
+                self.samples.write(float(json.loads(payload)["t0"]), t1)
+        except Exception as exc:  # a benchmark's job must not fail: stop, saying why
+            self.failed = exc
+            self.stop.set()
+        finally:
+            self.ended.append(job_id)
+            self.finished.set()
 
     async def _end(self, conn: asyncpg.Connection) -> None:
         while True:
@@ -101,8 +114,10 @@ class Worker:
             self.finished.clear()
             ended, self.ended = self.ended, []
             await conn.execute(SQL.sql("floor_done"), ended)
+            full = self.in_flight >= self.args.cap
             self.in_flight -= len(ended)
-            self.wake.set()  # room again
+            if full:
+                self.wake.set()  # room again: look for what waited for it
 
 
 if __name__ == "__main__":
