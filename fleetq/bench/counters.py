@@ -300,14 +300,16 @@ def server_cpu(postmaster: psutil.Process | None) -> float | None:
 
 
 def find_server(backend_pid: int, started: float) -> tuple[psutil.Process | None, str | None]:
-    """The postmaster, as the parent of this session's backend, when it runs on this
-    machine (its start time matches the server's), else None and why."""
+    """The postmaster, as the parent of this session's backend, when that backend runs
+    on this machine (a process of its pid started when the server says it did, `started`),
+    else None and why."""
     try:
-        postmaster = psutil.Process(backend_pid).parent()
+        backend = psutil.Process(backend_pid)
+        if abs(backend.create_time() - started) > 2.0:
+            return None, "the server does not run on this machine"
+        postmaster = backend.parent()
         if postmaster is None:
             return None, "the backend's process has no parent here"
-        if abs(postmaster.create_time() - started) > 2.0:
-            return None, "the server does not run on this machine"
         postmaster.cpu_times()
     except psutil.NoSuchProcess:
         return None, "the server does not run on this machine"

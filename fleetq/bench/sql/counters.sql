@@ -97,10 +97,13 @@ SELECT 'pg_stat_statements' = ANY(string_to_array(
 CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
 
 -- name: counters_server
--- The server's process and whether it runs on this machine (its start time is compared
--- with the process found as this backend's parent).
-SELECT pg_backend_pid() AS backend_pid,
-       extract(epoch FROM pg_postmaster_start_time())::float8 AS started;
+-- This session's backend and when it started, to find it among this machine's
+-- processes (and the server as its parent). The backend's start, not the postmaster's:
+-- a process's start time as the kernel reports it moves with every step of the wall
+-- clock since (a virtual machine's clock is stepped now and then), and a backend started
+-- a moment ago has seen none.
+SELECT pid AS backend_pid, extract(epoch FROM backend_start)::float8 AS started
+FROM pg_stat_activity WHERE pid = pg_backend_pid();
 
 -- name: counters_server_settings
 -- The server's version and the settings that move these figures most.
