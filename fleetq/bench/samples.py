@@ -8,6 +8,7 @@ machine's clock, so `t1 - t0` is enqueue -> start as a user would time it.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TextIO
 
@@ -40,3 +41,8 @@ def read_samples(work: Path, since: float) -> list[float]:
             if t0 >= since:
                 out.append((t1 - t0) * 1000)
     return out
+
+
+async def ready_files(work: Path) -> int:
+    """How many workers wrote their ready file (`ready-<index>`) into `work`."""
+    return len(await asyncio.to_thread(lambda: list(work.glob("ready-*"))))

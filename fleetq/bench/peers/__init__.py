@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from fleetq.core.errors import FleetqError
 
@@ -79,6 +79,12 @@ SYSTEMS: dict[str, System] = {
 }
 
 
+class Row(Protocol):
+    """A result row by column name: a dict, an asyncpg Record."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Span:
     """A throughput phase as the system's own tables saw it."""
@@ -86,6 +92,14 @@ class Span:
     jobs: int
     succeeded: int
     seconds: float | None  # first start -> last outcome, database time
+
+    @classmethod
+    def of(cls, row: Row) -> Span:
+        """From a span query's row (`jobs`, `succeeded`, `seconds`), as every peer's is."""
+        seconds = row["seconds"]
+        return cls(
+            int(row["jobs"]), int(row["succeeded"]), None if seconds is None else float(seconds)
+        )
 
 
 @dataclasses.dataclass(frozen=True)

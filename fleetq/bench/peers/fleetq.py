@@ -104,10 +104,7 @@ class FleetqPeer:
     async def span(self, first: int, end: int) -> Span:
         """First claim to last outcome, in database time."""
         (row,) = await self.driver.fetch(queries.sql("bench_throughput"), first, end)
-        seconds = row["seconds"]
-        return Span(
-            int(row["jobs"]), int(row["succeeded"]), None if seconds is None else float(seconds)
-        )
+        return Span.of(row)
 
     async def latencies(self, first: int, since: float, work: Path) -> Latencies:
         """From the stamp jobs' payloads and log tails, and their rows' timestamps."""

@@ -13,7 +13,6 @@ fleetq's runner; they need nothing from the bench dependency group.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ import asyncpg
 
 from fleetq.bench.counters import SQL
 from fleetq.bench.peers import Latencies, Span, System
-from fleetq.bench.samples import read_samples
+from fleetq.bench.samples import read_samples, ready_files
 from fleetq.core.db import as_uri
 
 
@@ -86,7 +85,7 @@ class FloorPeer:
 
     async def ready(self, workers: int, work: Path) -> bool:
         """Every worker wrote its ready file (once it LISTENs)."""
-        return len(await asyncio.to_thread(lambda: list(work.glob("ready-*")))) == workers
+        return await ready_files(work) == workers
 
     async def drained(self) -> bool:
         """No job queued or picked."""
@@ -96,10 +95,7 @@ class FloorPeer:
         """First pick to last end, from the table's own timestamps."""
         row = await self.conn.fetchrow(SQL.sql("floor_span"), first, end)
         assert row is not None
-        seconds = row["seconds"]
-        return Span(
-            int(row["jobs"]), int(row["succeeded"]), None if seconds is None else float(seconds)
-        )
+        return Span.of(row)
 
     async def latencies(self, first: int, since: float, work: Path) -> Latencies:
         """From the workers' sample files."""

@@ -8,7 +8,6 @@ to a file of its process (a database write would add a transaction per sample).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from pgqueuer.queries import Queries
 
 from fleetq.bench.counters import SQL
 from fleetq.bench.peers import Latencies, Span, System
-from fleetq.bench.samples import read_samples
+from fleetq.bench.samples import read_samples, ready_files
 from fleetq.core.db import as_uri
 
 
@@ -79,7 +78,7 @@ class PgqueuerPeer:
 
     async def ready(self, workers: int, work: Path) -> bool:
         """Every worker wrote its ready file (after its listener answered a probe)."""
-        return len(await asyncio.to_thread(lambda: list(work.glob("ready-*")))) == workers
+        return await ready_files(work) == workers
 
     async def drained(self) -> bool:
         """The queue table is empty (a job leaves it as its outcome is logged)."""
@@ -89,10 +88,7 @@ class PgqueuerPeer:
         """First pick to last outcome, from pgqueuer's log table."""
         row = await self.conn.fetchrow(SQL.sql("pgqueuer_span"), first, end)
         assert row is not None
-        seconds = row["seconds"]
-        return Span(
-            int(row["jobs"]), int(row["succeeded"]), None if seconds is None else float(seconds)
-        )
+        return Span.of(row)
 
     async def latencies(self, first: int, since: float, work: Path) -> Latencies:
         """From the workers' sample files."""

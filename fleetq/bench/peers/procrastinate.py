@@ -92,10 +92,7 @@ class ProcrastinatePeer:
     async def span(self, first: int, end: int) -> Span:
         """First start to last outcome, from procrastinate's events."""
         (row,) = await self.reader.fetch(SQL.sql("procrastinate_span"), first, end)
-        seconds = row["seconds"]
-        return Span(
-            int(row["jobs"]), int(row["succeeded"]), None if seconds is None else float(seconds)
-        )
+        return Span.of(row)
 
     async def latencies(self, first: int, since: float, work: Path) -> Latencies:
         """From the workers' sample files."""
