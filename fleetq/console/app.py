@@ -10,14 +10,15 @@ most one read in flight. Actions go through `fleetq.core`, then ask for a reload
 from __future__ import annotations
 
 import asyncio
+import functools
 import getpass
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from rich.text import Text
 from textual import on, work
@@ -63,6 +64,23 @@ RUNNER_EFFECTS = {
     RunnerState.PAUSED: "it claims nothing new until resumed; what it runs now continues",
     RunnerState.ACTIVE: "it claims work again",
 }
+
+
+M = TypeVar("M")
+
+
+def while_open(handler: Callable[[ConsoleApp, M], None]) -> Callable[[ConsoleApp, M], None]:
+    """Drop a message that arrives once the app has begun to close. Closing removes the
+    widgets, each view's children before the view, while the app still reads its
+    messages (Textual's test harness closes it so): a read that landed then found a jobs
+    view without its status line, and the console ended with NoMatches."""
+
+    @functools.wraps(handler)
+    def handle(app: ConsoleApp, message: M) -> None:
+        if app.is_running:
+            handler(app, message)
+
+    return handle
 
 
 class ConsoleApp(App[None]):
@@ -184,6 +202,7 @@ class ConsoleApp(App[None]):
     # ---- loading -----------------------------------------------------------------
 
     @on(Hint)
+    @while_open
     def _hint(self, hint: Hint) -> None:
         if self.frozen and not hint.resync:
             self._missed = True  # shown when the operator thaws the screen
@@ -250,6 +269,7 @@ class ConsoleApp(App[None]):
         return self._loading or self._again is not None
 
     @on(Loaded)
+    @while_open
     def _loaded(self, loaded: Loaded) -> None:
         self._loading = False
         if not loaded.ok:
@@ -313,6 +333,7 @@ class ConsoleApp(App[None]):
             self.set_timer(1.0, lambda: self.post_message(Hint(resync=True)))
 
     @on(Health)
+    @while_open
     def _health(self, health: Health) -> None:
         if health.stale_since is None:
             return
@@ -330,6 +351,7 @@ class ConsoleApp(App[None]):
         self._status()
 
     @on(Missing)
+    @while_open
     def _missing(self, missing: Missing) -> None:
         if self.detail_job == missing.job_id:
             self.detail_job = None
@@ -398,11 +420,13 @@ class ConsoleApp(App[None]):
             tables[-1 if name == "detail" else 0].focus()
 
     @on(OpenJob)
+    @while_open
     def _open_job(self, message: OpenJob) -> None:
         self.detail_job = message.job_id
         self.action_view("detail")
 
     @on(DrillDown)
+    @while_open
     def _drill_down(self, message: DrillDown) -> None:
         """A runner's or a lane's jobs (or a runner's events); Esc comes back."""
         if message.events and message.runner is not None:
@@ -418,6 +442,7 @@ class ConsoleApp(App[None]):
         self.action_view("jobs")
 
     @on(JobsView.Filtered)
+    @while_open
     def _filtered(self, message: JobsView.Filtered) -> None:
         self.where = message.where
         self.post_message(Hint())
@@ -634,6 +659,7 @@ class ConsoleApp(App[None]):
         self.post_message(DrainPreview(runner, preview))
 
     @on(DrainPreview)
+    @while_open
     def _drain_form(self, message: DrainPreview) -> None:
         def answered(reason: str | None) -> None:
             if reason is not None and self._acting_allowed("runner_state"):
@@ -699,6 +725,7 @@ class ConsoleApp(App[None]):
         self.post_message(Acted(f"schedule {name} {done}"))
 
     @on(Acted)
+    @while_open
     def _acted(self, acted: Acted) -> None:
         self.notify(
             clean(acted.summary), severity="error" if acted.error else "information", markup=False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -11,7 +13,7 @@ from fleetq.console.dialogs import Confirm
 from fleetq.console.messages import Health, Hint
 from fleetq.console.views.jobs import JobsView
 from fleetq.core.db import connect
-from fleetq.core.models import JobId
+from fleetq.core.models import Event, JobId
 from fleetq.core.views import JobFilter
 from tests.console.conftest import SIZE, console, settled, show, until
 from tests.console.test_views import _column
@@ -437,3 +439,40 @@ async def test_slash_in_the_detail_shows_only_the_output_lines_holding_a_word(
         await pilot.press("escape")  # then goes back
         await pilot.pause()
         assert app.current == "jobs"
+
+
+async def test_a_read_that_lands_while_the_console_closes_is_dropped(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Closing removes the views' widgets (children first) while the app still reads its
+    messages; a read that finished then found a jobs view without its status line and
+    ended the console with NoMatches (seen in CI). Here a read is held until the status
+    line is gone, and then lands at once (its last query answered from before)."""
+    dsn, _ = fleet
+    app = console(dsn)
+    release = asyncio.Event()
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        jobs = app.query_one(JobsView)
+        answered = await app.source.events(None, 10)
+
+        async def held(after: int | None, limit: int = 500) -> list[Event]:
+            await release.wait()
+            return answered
+
+        app.source.events = held  # type: ignore[method-assign]
+        before = app.loads
+        app.post_message(Hint())
+        await until(pilot, lambda: app.busy)
+
+        async def release_once_the_status_line_is_gone() -> None:
+            deadline = time.monotonic() + 10
+            # no event says a widget was removed: look once per turn of the loop
+            while jobs.query("#jobs-status") and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0)
+            release.set()
+
+        releaser = asyncio.ensure_future(release_once_the_status_line_is_gone())
+    await releaser
+    assert not jobs.query("#jobs-status"), "the status line was never removed"
+    assert app.loads == before  # the late read was dropped, not put on screen
