@@ -61,13 +61,21 @@ def identify(entry: Entry) -> tuple[str, dict[str, object]]:
     }
     if entry.pid is None or not psutil.pid_exists(entry.pid):
         return ("refuse" if carriers else "gone"), evidence
-    try:
-        started = psutil.Process(entry.pid).create_time()
-    except psutil.Error:
-        return ("refuse" if carriers else "gone"), evidence
-    evidence["process_started_at"] = started
-    if entry.started_at is None or abs(started - entry.started_at) > 0.05:
-        return "refuse", {**evidence, "why": "pid reused: another start time"}
+    if entry.birth is not None:
+        birth = orphans.birth(entry.pid)
+        if birth is None:
+            return ("refuse" if carriers else "gone"), evidence
+        evidence["birth"] = birth
+        if birth != entry.birth:
+            return "refuse", {**evidence, "why": "pid reused: another start"}
+    else:  # journaled by a runner before births: the wall-clock start time, as it did
+        try:
+            started = psutil.Process(entry.pid).create_time()
+        except psutil.Error:
+            return ("refuse" if carriers else "gone"), evidence
+        evidence["process_started_at"] = started
+        if entry.started_at is None or abs(started - entry.started_at) > 0.05:
+            return "refuse", {**evidence, "why": "pid reused: another start time"}
     leaders = [pid for pid in carriers if _leads_group(pid)]
     if leaders != [entry.pid]:
         return "refuse", {**evidence, "why": "journal and processes disagree", "leaders": leaders}

@@ -27,7 +27,7 @@ from fleetq.core import leasing
 from fleetq.core.driver import Driver
 from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, StartReport
-from fleetq.runner import executor, metrics, tracing
+from fleetq.runner import executor, metrics, orphans, tracing
 from fleetq.runner.context import JobContext
 from fleetq.runner.jobuser import JobUser
 from fleetq.runner.journal import Journal
@@ -298,7 +298,9 @@ def _job_env(ex: Execution, kit: Toolkit) -> dict[str, str]:
 
 async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_ms: int) -> None:
     ex.pid = pid
-    kit.journal.launched(ex.claim.job_id, ex.claim.lease_version, pid, at.timestamp())
+    kit.journal.launched(
+        ex.claim.job_id, ex.claim.lease_version, pid, at.timestamp(), orphans.birth(pid)
+    )
     if os.environ.get("FLEETQ_TEST_HOLD_START_REPORT"):
         return  # test hook: the start report "never reaches" the database
     start = StartReport(

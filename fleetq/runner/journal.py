@@ -29,6 +29,7 @@ class Entry:
     pid: int | None = None
     started_at: float | None = None  # process start time (psutil create_time)
     tree: str | None = None  # the staged source tree, for cleaning up after a crash
+    birth: str | None = None  # boot and start in ticks (orphans.birth); None from older runners
 
 
 class Journal:
@@ -45,10 +46,20 @@ class Journal:
             {"op": "launch", "job_id": job_id, "token": token, "run_id": run_id, "tree": tree}
         )
 
-    def launched(self, job_id: int, token: int, pid: int, started_at: float) -> None:
-        """Once the process runs: pid and start time identify it across pid reuse."""
+    def launched(
+        self, job_id: int, token: int, pid: int, started_at: float, birth: str | None
+    ) -> None:
+        """Once the process runs: pid and birth identify it across pid reuse (the start
+        time is what the start report says)."""
         self._append(
-            {"op": "pid", "job_id": job_id, "token": token, "pid": pid, "started_at": started_at}
+            {
+                "op": "pid",
+                "job_id": job_id,
+                "token": token,
+                "pid": pid,
+                "started_at": started_at,
+                "birth": birth,
+            }
         )
 
     def ended(self, job_id: int, token: int) -> None:
@@ -79,6 +90,7 @@ class Journal:
                         **asdict(entries[key]),
                         "pid": record["pid"],
                         "started_at": record["started_at"],
+                        "birth": record.get("birth"),
                     }
                 )
             elif record["op"] == "end":
@@ -111,6 +123,7 @@ class Journal:
                                 "token": e.token,
                                 "pid": e.pid,
                                 "started_at": e.started_at,
+                                "birth": e.birth,
                             }
                         )
                         + "\n"

@@ -98,3 +98,22 @@ def kill_run(run_id: str) -> list[int]:
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, 0)  # only our own (adopted) children can be waited for
     return killed
+
+
+def birth(pid: int) -> str | None:
+    """What tells this process from a later one with its pid: the boot it started in
+    and when, in clock ticks since that boot (`/proc/PID/stat`, field 22). Not the start
+    time psutil reports: that is the boot's wall-clock time plus those ticks, and the
+    boot's wall-clock time moves with every step of the wall clock (an NTP correction, a
+    VM's resync), so a run launched before a step looked like another process after it,
+    and its adoption was refused. None when the process is gone (or not on Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: count after its end
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return f"{boot}:{int(fields[19])}"

@@ -10,12 +10,12 @@ from fleetq.runner.journal import Entry, Journal
 def test_launches_fold_into_open_entries(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "journal.jsonl")
     journal.launching(1, 1, "run-a", "/srv/trees/1-1")
-    journal.launched(1, 1, 4242, 1700000000.5)
+    journal.launched(1, 1, 4242, 1700000000.5, "boot:123")
     journal.launching(2, 3, "run-b")
     journal.launching(3, 1, "run-c")
     journal.ended(3, 1)
     assert journal.open_entries() == {
-        (1, 1): Entry(1, 1, "run-a", 4242, 1700000000.5, "/srv/trees/1-1"),
+        (1, 1): Entry(1, 1, "run-a", 4242, 1700000000.5, "/srv/trees/1-1", "boot:123"),
         (2, 3): Entry(2, 3, "run-b"),
     }
 
@@ -31,6 +31,18 @@ def test_a_torn_last_line_is_ignored_and_compaction_keeps_what_is_open(tmp_path:
     assert set(journal.open_entries()) == {(1, 1)}
     journal.compact()
     assert len(path.read_text().splitlines()) == 1
+    assert Journal(path).open_entries() == journal.open_entries()
+
+
+def test_a_launch_journaled_before_births_reads_without_one(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    path.write_text(
+        '{"op": "launch", "job_id": 1, "token": 2, "run_id": "run-a", "tree": null}\n'
+        '{"op": "pid", "job_id": 1, "token": 2, "pid": 4242, "started_at": 1700000000.5}\n'
+    )
+    journal = Journal(path)
+    assert journal.open_entries() == {(1, 2): Entry(1, 2, "run-a", 4242, 1700000000.5)}
+    journal.compact()
     assert Journal(path).open_entries() == journal.open_entries()
 
 
