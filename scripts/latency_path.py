@@ -131,7 +131,7 @@ def _kinds(
             "INSERT, commit not waited": lambda: lax.execute("INSERT INTO plain VALUES (1)"),
         },
         {
-            "floor: enqueue": lambda: producer.execute(SQL.sql("floor_submit"), [payload]),
+            "floor: enqueue": lambda: producer.execute(SQL.sql("floor_submit"), [payload, 1]),
             "floor: claim": floor_claim,
         },
         {
