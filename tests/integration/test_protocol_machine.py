@@ -437,9 +437,9 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def references_resolve(self) -> None:
-        """The references the protocol keeps without foreign keys (migration 0024): every
-        lease holder, reservation and execution names a runner, every execution and
-        verdict a job."""
+        """The references the protocol keeps without foreign keys (migrations 0024 and
+        0029): every lease holder, reservation and execution names a runner, every
+        execution and verdict a job, every job a lane and an operation."""
         dangling = self.run(
             self.driver.fetch("""
             SELECT 'lease_owner' AS ref, j.id FROM fleetq.jobs j
@@ -456,6 +456,13 @@ class QueueMachine(RuleBasedStateMachine):
             UNION ALL
             SELECT 'verdict', v.job_id FROM fleetq.verdicts v
             WHERE NOT EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = v.job_id)
+            UNION ALL
+            SELECT 'lane', j.id FROM fleetq.jobs j
+            WHERE NOT EXISTS (SELECT 1 FROM fleetq.lanes l WHERE l.name = j.lane)
+            UNION ALL
+            SELECT 'operation', j.id FROM fleetq.jobs j
+            WHERE NOT EXISTS (SELECT 1 FROM fleetq.operations o
+                              WHERE o.project = j.project AND o.name = j.operation)
         """)
         )
         assert dangling == [], f"references that resolve to nothing: {dangling}"
