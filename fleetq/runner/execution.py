@@ -423,12 +423,20 @@ def run_name(job_id: int, token: int, run_id: uuid.UUID) -> str:
     return f"{job_id}-{token}-{run_id.hex[:8]}"
 
 
+def ran_for(pid: int, started_at: float) -> float:
+    """How long an adopted run has run: from its process's start on the boot's clock, so
+    a step of the wall clock since its launch (an NTP correction) neither kills it early
+    as timed out nor lets it run over; by the wall clock only when the process is gone."""
+    age = orphans.age(pid)
+    return age if age is not None else time.time() - started_at
+
+
 async def carry_on(ex: Execution, kit: Toolkit, *, started_at: float) -> None:
     """Follow an adopted run (launched by this runner before a restart) to its outcome."""
     claim = ex.claim
     assert ex.pid is not None
     name = run_name(claim.job_id, claim.lease_version, ex.run_id)
-    remaining = claim.timeout_s - (time.time() - started_at)
+    remaining = claim.timeout_s - ran_for(ex.pid, started_at)
     finished = await executor.watch_adopted(
         ex.pid,
         status_file=kit.logs / f"{name}.status",

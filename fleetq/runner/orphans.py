@@ -17,6 +17,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
 import psutil
 
@@ -117,3 +118,13 @@ def birth(pid: int) -> str | None:
     # the command name (field 2) may hold spaces and parentheses: count after its end
     fields = stat[stat.rindex(b")") + 2 :].split()
     return f"{boot}:{int(fields[19])}"
+
+
+def age(pid: int) -> float | None:
+    """Seconds since the process started, on the boot's clock (which no step of the wall
+    clock moves); None when it is gone."""
+    known = birth(pid)
+    if known is None:
+        return None
+    ticks = int(known.rsplit(":", 1)[1])
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -13,6 +14,7 @@ import pytest
 
 from fleetq.runner import orphans
 from fleetq.runner.collection import identify
+from fleetq.runner.execution import ran_for
 from fleetq.runner.journal import Entry
 
 
@@ -70,3 +72,18 @@ def test_a_process_that_is_gone_has_no_birth() -> None:
     proc = subprocess.Popen(["true"])
     proc.wait()
     assert orphans.birth(proc.pid) is None
+
+
+def test_an_adopted_run_s_time_is_not_moved_by_the_wall_clock(
+    run: tuple[str, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # its timeout counts from its start: a wall clock stepped an hour ahead since the
+    # launch made an adopted run look an hour old, and it was stopped as timed out
+    _, proc = run
+    started = psutil.Process(proc.pid).create_time()
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    assert 0 <= ran_for(proc.pid, started) < 60
+    proc.kill()
+    proc.wait()
+    assert ran_for(proc.pid, started) > 3600  # gone: only the wall clock is left
