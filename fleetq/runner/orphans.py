@@ -108,23 +108,30 @@ def birth(pid: int) -> str | None:
     boot's wall-clock time moves with every step of the wall clock (an NTP correction, a
     VM's resync), so a run launched before a step looked like another process after it,
     and its adoption was refused. None when the process is gone (or not on Linux)."""
+    ticks = _start_ticks(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
     except OSError:
         return None
-    # the command name (field 2) may hold spaces and parentheses: count after its end
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return f"{boot}:{int(fields[19])}"
+    return None if ticks is None else f"{boot}:{ticks}"
 
 
 def age(pid: int) -> float | None:
     """Seconds since the process started, on the boot's clock (which no step of the wall
     clock moves); None when it is gone."""
-    known = birth(pid)
-    if known is None:
+    ticks = _start_ticks(pid)
+    if ticks is None:
         return None
-    ticks = int(known.rsplit(":", 1)[1])
     return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (`/proc/PID/stat`, field 22)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: count after its end
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])
