@@ -201,6 +201,26 @@ def test_an_unknown_login_is_refused(db_dsn: str, sync_conn: SyncConnection) -> 
         sync_conn.commit()
 
 
+def test_a_member_of_a_fleetq_group_that_is_no_fleetq_login_is_refused(
+    db_dsn: str, sync_conn: SyncConnection
+) -> None:
+    """The groups' grants let a call in; the login (fleetq.logins) says whom it acts as.
+    A role an administrator granted a group by hand, never added with `fleetq roles`, has
+    no identity: it may not act as an administrator (any runner, any submitter)."""
+    name = f"fq_member_{uuid.uuid4().hex[:10]}"
+    sync_conn.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE fleetq_runner'.encode())
+    sync_conn.commit()
+    try:
+        with (
+            psycopg.connect(login_dsn(db_dsn, name), autocommit=True) as conn,
+            pytest.raises(psycopg.errors.InsufficientPrivilege, match="not a fleetq login"),
+        ):
+            conn.execute("SELECT * FROM fleetq.claim('a/b', 'checks', 1, gen_random_uuid())")
+    finally:
+        sync_conn.execute(f'DROP ROLE "{name}"'.encode())
+        sync_conn.commit()
+
+
 def test_add_writes_a_private_password_file_and_a_dsn_without_the_password(
     db_dsn: str, tmp_path: Path
 ) -> None:
