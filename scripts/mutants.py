@@ -43,7 +43,6 @@ LIST = ROOT / "scripts" / "mutants.toml"
 TESTS = (
     "tests/integration/test_database_clock.py",
     "tests/integration/test_claim_writes.py",
-    "tests/integration/test_notify.py",
     "tests/integration/test_query_plans.py",
     "tests/integration/test_leases.py",
     "tests/integration/test_dependencies.py",

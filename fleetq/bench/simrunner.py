@@ -6,12 +6,11 @@ What it does, and whose code does it:
 - one claim loop for its lane, shaped as `runner.claiming`'s: it claims
   `min(batch, free slots)` with `leasing.claim` and a fresh claim id, claims again at
   once when the claim came back full, and otherwise waits for a NOTIFY on `fleetq_work`
-  or on its own channel (`leasing.runner_channel`), or the poll interval, which doubles
-  while polls find nothing, up to the longest (`runner.config` defaults);
+  or the poll interval, which doubles while polls find nothing, up to the longest
+  (`runner.config` defaults);
 - wake-ups as the runner's `control` takes them: a NOTIFY naming its lane alone, or its
-  lane and this runner, wakes the claim loop; one naming another runner (this one its
-  backup) is looked after once, `control.LOOKOUT_S` later (a full runner named for a job
-  does not forward it);
+  lane and this runner, wakes the claim loop; one naming another runner is looked after
+  once, `control.LOOKOUT_S` later (a full runner named for a job does not forward it);
 - per claimed job: `leasing.report_start`, then the outcome through the runner's own
   batching `Reporter` (one fenced `complete` for whatever is pending), which carries the
   claim for the room the batch frees (`Refill`, sized as `runner.claiming` sizes it: the
@@ -173,8 +172,7 @@ class SimRunner:
         self.offline_s = float(row["offline_after_seconds"])
         if self.listen:
             async with self.driver.lock:
-                await conn.add_listener(leasing.WORK_CHANNEL, self._on_work)
-                await conn.add_listener(leasing.runner_channel(self.runner), self._on_work)
+                await conn.add_listener("fleetq_work", self._on_work)
 
     def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         lane, _, chosen = str(payload).partition(" ")

@@ -5,9 +5,7 @@ Events (claims, starts, outcomes...) send no NOTIFY: PostgreSQL commits notifyin
 transactions one at a time, and a NOTIFY from each serialized the queue. So the same
 connection reads the newest event's id every `poll_s` (an index probe), and a new id is
 a hint like a notification. Work and control changes (fleetq_work, fleetq_control) and
-the watched job's output (fleetq_output) still notify; a new job is announced on the
-channels of the runners chosen for it alone (`leasing.runner_channel`), and reaches the
-console as its event.
+the watched job's output (fleetq_output) still notify.
 
 On (re)connect it LISTENs first and only then asks for a full resync, so no change can
 fall between the snapshot and the first notification. A notification is only a hint

@@ -35,7 +35,6 @@ docs/guarantees.md for what the fencing token does and does not buy.
 
 from __future__ import annotations
 
-import hashlib
 import time
 import uuid
 from collections.abc import Sequence
@@ -78,23 +77,6 @@ async def claim(
         queries.sql("lease_claim"), runner, lane, limit, claim_id or uuid.uuid4()
     )
     return [Claim.model_validate(row) for row in rows]
-
-
-WORK_CHANNEL = "fleetq_work"  # wake-ups for a whole lane; payload: the lane
-
-
-def runner_hash(runner: str) -> str:
-    """A runner id in 12 hex digits (the first of its SHA-256): it fits where an id may
-    not (a channel or application name holds 63 bytes)."""
-    return hashlib.sha256(runner.encode()).hexdigest()[:12]
-
-
-def runner_channel(runner: str) -> str:
-    """The channel that carries the new jobs announced to this runner, as chosen or as
-    backup (payload: "lane chosen-runner"): `fleetq.announce_job` names it the same way.
-    Only this runner LISTENs on it, so an announcement no longer reaches every runner of
-    the lane."""
-    return f"{WORK_CHANNEL} {runner_hash(runner)}"
 
 
 async def announce_lane(driver: Driver, lane: str) -> None:

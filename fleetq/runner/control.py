@@ -19,9 +19,8 @@ from fleetq.runner import identity, loops
 from fleetq.runner.base import RunnerBase, log
 
 PING_S = 10.0
-# A job announced to another runner (this one its backup) is looked for this long after
-# (once per lane, however many arrive meanwhile): what a job waits when the runner chosen
-# for it died unseen.
+# A job announced to another runner is looked for this long after (once per lane, however
+# many arrive meanwhile): what a job waits when the runner chosen for it died unseen.
 LOOKOUT_S = 1.0
 # If this node dies, the server ends the LISTEN session (and frees the runner id) within
 # about half a minute, not the kernel's two hours.
@@ -86,8 +85,7 @@ class Control(RunnerBase):
             connected = time.monotonic()
             try:
                 conn.add_termination_listener(functools.partial(_set_event, lost))
-                await conn.add_listener(leasing.WORK_CHANNEL, self._on_work)
-                await conn.add_listener(leasing.runner_channel(self.runner), self._on_work)
+                await conn.add_listener("fleetq_work", self._on_work)
                 await conn.add_listener("fleetq_control", self._on_control)
                 if connects:
                     log.info("LISTEN connection re-established; polling once")
@@ -132,12 +130,11 @@ class Control(RunnerBase):
         return True
 
     def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        """A wake-up names a lane (on the shared channel), or a lane and the one runner
-        chosen to claim a new job (`fleetq.announce_job`, on the channels of the chosen
-        runner and of its backup). As the backup, this runner looks for the job once,
-        LOOKOUT_S later (or a poll interval, if shorter): the chosen runner may have died
-        before claiming it. A job named for this runner while its lane is full is
-        announced to the whole lane."""
+        """A wake-up names a lane, or a lane and the one runner chosen to claim a new job
+        (`fleetq.announce_job`). Another runner's job is looked for once, LOOKOUT_S later
+        (or a poll interval, if shorter): the chosen runner may have died before claiming
+        it. A job named for this
+        runner while its lane is full is announced to the whole lane."""
         lane, _, chosen = str(payload).partition(" ")
         wake = self.wakes.get(lane)
         if wake is None:

@@ -14,13 +14,14 @@ and ended; any other holder is a second process.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import uuid
 
 import asyncpg
 
-from fleetq.core import leasing, queries
+from fleetq.core import queries
 from fleetq.core.errors import DatabaseBusy, FleetqError
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,11 @@ def pool_application_name(runner: str, token: str) -> str:
     """The name of the runner's pooled sessions: its id (hashed: application_name holds
     63 bytes) and this process's token, so a later process of the same runner can tell
     what an earlier one left behind."""
-    return f"fleetq-runner {leasing.runner_hash(runner)} {token}"
+    return f"fleetq-runner {_runner_hash(runner)} {token}"
+
+
+def _runner_hash(runner: str) -> str:
+    return hashlib.sha256(runner.encode()).hexdigest()[:12]
 
 
 async def end_predecessors(conn: asyncpg.Connection, runner: str, own_pool: str) -> int:
@@ -57,9 +62,7 @@ async def end_predecessors(conn: asyncpg.Connection, runner: str, own_pool: str)
     TCP keepalive): a restarted runner's collection pass then waited on its own
     predecessor's lock. Returns how many sessions were ended."""
     rows = await conn.fetch(
-        queries.sql("runners_end_predecessors"),
-        f"fleetq-runner {leasing.runner_hash(runner)} %",
-        own_pool,
+        queries.sql("runners_end_predecessors"), f"fleetq-runner {_runner_hash(runner)} %", own_pool
     )
     if rows:
         log.warning(

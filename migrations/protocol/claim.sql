@@ -44,51 +44,37 @@ AS $function$
     END
 $function$;
 
--- Announce one new queued job (a submit's wake-up). A wake-up that names only the lane
--- makes every runner of it claim, though one takes the job: with n runners, n - 1 claims
--- find nothing, each a round trip and a plpgsql call on both sides. So the runner that can
--- take the job now and has the most room left in its lane (ties at random) is named after
--- the lane, "lane runner", and only it claims. And only it and one other, its backup (the
--- next in the same order), hear it, each on a channel of its own
--- (fleetq/core/leasing.py: runner_channel): the backup looks once, a second later, in
--- case the chosen one died before claiming (fleetq/runner/control.py). On the lane's
--- shared channel every runner's LISTEN connection passed every announcement on to its
--- process, which then threw it away, and with 4 runners that was a tenth of the stream's
--- server CPU and a fifth of the runners' (docs/performance.md, twelfth round). When no
--- runner can take the job now, the lane is named alone, on the shared channel: the job
--- waits for room, and a runner that frees some claims again anyway.
+-- Announce one new queued job (a submit's wake-up). Every runner of a lane LISTENs, and
+-- a wake-up that names only the lane makes each of them claim, though one takes the job:
+-- with n runners, n - 1 claims find nothing, each a round trip and a plpgsql call on both
+-- sides. So the runner that can take the job now and has the most room left in its lane
+-- (ties at random) is named after the lane, "lane runner", and only it claims; the others
+-- look once, a poll interval later, in case it died before claiming (fleetq/runner/
+-- control.py). When no runner can take the job now, the lane is named alone: the job waits
+-- for room, and a runner that frees some claims again anyway.
 CREATE OR REPLACE FUNCTION fleetq.announce_job(p_job bigint)
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
 DECLARE
     v_lane text;
-    v_runners text[];  -- the chosen runner, then its backup
+    v_runner text;
 BEGIN
     SELECT j.lane,
-           ARRAY(SELECT rl.runner_id
-                 FROM fleetq.runner_lanes rl JOIN fleetq.runners r ON r.id = rl.runner_id
-                 WHERE rl.lane = j.lane
-                   AND fleetq.ineligibility(j.capabilities, j.requested_node, j.memory_mb,
-                                            j.cpu_millis, r.node, r.capabilities, r.state,
-                                            fleetq.runner_is_stale(r.last_heartbeat_at),
-                                            r.memory_mb - r.reserved_memory_mb,
-                                            r.cpu_millis - r.reserved_cpu_millis,
-                                            rl.slots, rl.slots_used) IS NULL
-                 ORDER BY rl.slots_used::float8 / rl.slots, random()
-                 LIMIT 2)
-    INTO v_lane, v_runners
+           (SELECT rl.runner_id
+            FROM fleetq.runner_lanes rl JOIN fleetq.runners r ON r.id = rl.runner_id
+            WHERE rl.lane = j.lane
+              AND fleetq.ineligibility(j.capabilities, j.requested_node, j.memory_mb,
+                                       j.cpu_millis, r.node, r.capabilities, r.state,
+                                       fleetq.runner_is_stale(r.last_heartbeat_at),
+                                       r.memory_mb - r.reserved_memory_mb,
+                                       r.cpu_millis - r.reserved_cpu_millis,
+                                       rl.slots, rl.slots_used) IS NULL
+            ORDER BY rl.slots_used::float8 / rl.slots, random()
+            LIMIT 1)
+    INTO v_lane, v_runner
     FROM fleetq.jobs j WHERE j.id = p_job;
-    IF cardinality(v_runners) = 0 THEN
-        PERFORM pg_notify('fleetq_work', v_lane);
-    ELSE
-        -- a runner's channel: 'fleetq_work ' and the first 12 hex digits of its id's
-        -- SHA-256 (a channel name holds 63 bytes; a runner id may be longer)
-        PERFORM pg_notify('fleetq_work '
-                          || left(encode(sha256(convert_to(r.id, 'UTF8')), 'hex'), 12),
-                          v_lane || ' ' || v_runners[1])
-        FROM unnest(v_runners) AS r(id);
-    END IF;
+    PERFORM pg_notify('fleetq_work', concat_ws(' ', v_lane, v_runner));
 END;
 $function$;
 

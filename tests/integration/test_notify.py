@@ -42,7 +42,7 @@ async def test_hints_on_submit_cancel_and_drain(
     runner = await fleet.runner(driver)
     listener = await asyncpg.connect(db_dsn)
     hints = Hints()
-    for channel in (*CHANNELS, leasing.runner_channel(runner)):
+    for channel in CHANNELS:
         await listener.add_listener(channel, hints)
     try:
         job = await producer.submit(
@@ -53,8 +53,8 @@ async def test_hints_on_submit_cancel_and_drain(
             submitted_by="alice",
             payload={"secret": "hunter2"},
         )
-        # the lane, and the one runner chosen to claim (the only one here), on its channel
-        await hints.wait_for(leasing.runner_channel(runner), f"checks {runner}")
+        # the lane, and the one runner chosen to claim (the only one here)
+        await hints.wait_for("fleetq_work", f"checks {runner}")
         await leasing.claim(driver, runner=runner, lane="checks", limit=1)
         await producer.cancel(driver, job_id=job.job_id, actor="ops")
         await hints.wait_for("fleetq_control", f"job:{job.job_id}")
@@ -70,13 +70,13 @@ async def test_hints_on_submit_cancel_and_drain(
 async def test_a_new_job_is_announced_to_the_runner_with_most_room(
     db_dsn: str, driver: Driver, sync_conn: SyncConnection
 ) -> None:
-    """A submit wakes one runner, not the whole lane: a wake-up naming only the lane makes
-    every runner of it claim, though one takes the job. The chosen one can take the job
-    now and has the most room left in its lane; when no runner can, the lane is named
-    alone, on the lane's channel."""
+    """A submit wakes one runner, not the whole lane: every runner of a lane LISTENs,
+    and a wake-up naming only the lane makes each of them claim, though one takes the job.
+    The chosen one can take the job now and has the most room left in its lane; when no
+    runner can, the lane is named alone."""
     fleet.operations(sync_conn)
-    busy = await fleet.runner(driver, "busy", lanes={"checks": 2})
-    idle = await fleet.runner(driver, "idle", lanes={"checks": 2})
+    busy = await fleet.runner(driver, "busy")
+    idle = await fleet.runner(driver, "idle")
     for _ in range(2):
         await producer.submit(
             driver, project="tools", operation="lint", commit=SHA, submitted_by="ci"
@@ -84,13 +84,12 @@ async def test_a_new_job_is_announced_to_the_runner_with_most_room(
     assert len(await leasing.claim(driver, runner=busy, lane="checks", limit=2)) == 2
     listener = await asyncpg.connect(db_dsn)
     hints = Hints()
-    for channel in ("fleetq_work", leasing.runner_channel(busy), leasing.runner_channel(idle)):
-        await listener.add_listener(channel, hints)
+    await listener.add_listener("fleetq_work", hints)
     try:
         await producer.submit(
             driver, project="tools", operation="lint", commit=SHA, submitted_by="ci"
         )
-        await hints.wait_for(leasing.runner_channel(idle), f"checks {idle}")
+        await hints.wait_for("fleetq_work", f"checks {idle}")
         # no runner has the browser capability: the lane alone, so any that gains room
         # or a new runner of the lane looks
         await producer.submit(
@@ -99,39 +98,7 @@ async def test_a_new_job_is_announced_to_the_runner_with_most_room(
         await hints.wait_for("fleetq_work", "checks")
     finally:
         await listener.close()
-    # the full runner is neither chosen nor a backup
-    assert [h for h in hints.seen if h[0] == leasing.runner_channel(busy)] == []
-    assert hints.seen.count(("fleetq_work", "checks")) == 1
-
-
-async def test_a_new_job_reaches_the_chosen_runner_and_one_backup_alone(
-    db_dsn: str, driver: Driver, sync_conn: SyncConnection
-) -> None:
-    """Every runner's LISTEN connection passed every announcement on to its process,
-    which threw away those naming another runner: with 4 runners a fifth of their CPU in
-    a steady stream. So a new job is announced on the channels of two runners alone:
-    the chosen one, and a backup that looks a second later in case the chosen one died
-    before claiming (tests/e2e/test_wakeups.py). The rest hear nothing of it."""
-    fleet.operations(sync_conn)
-    runners = [await fleet.runner(driver, f"r{n}") for n in range(4)]
-    listener = await asyncpg.connect(db_dsn)
-    hints = Hints()
-    for channel in ("fleetq_work", *(leasing.runner_channel(r) for r in runners)):
-        await listener.add_listener(channel, hints)
-    try:
-        await producer.submit(
-            driver, project="tools", operation="lint", commit=SHA, submitted_by="ci"
-        )
-        # notifications arrive in commit order: once the marker is here, so is the rest
-        await driver.fetch("SELECT pg_notify('fleetq_work', 'marker')")
-        await hints.wait_for("fleetq_work", "marker")
-    finally:
-        await listener.close()
-    heard = {channel: payload for channel, payload in hints.seen if channel != "fleetq_work"}
-    assert len(heard) == 2, hints.seen
-    (chosen,) = {payload.removeprefix("checks ") for payload in heard.values()}
-    assert chosen in runners and leasing.runner_channel(chosen) in heard
-    assert [h for h in hints.seen if h[0] == "fleetq_work"] == [("fleetq_work", "marker")]
+    assert ("fleetq_work", f"checks {busy}") not in hints.seen
 
 
 async def test_claims_starts_and_outcomes_send_no_notification(
