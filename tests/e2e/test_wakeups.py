@@ -28,7 +28,12 @@ def test_a_job_announced_to_a_dead_runner_is_taken_by_another(
     )
     with connect(fleet_dsn, autocommit=True) as conn:
         first = _submit(conn, "forever", repo.head)
-        wait_until(lambda: _claimed_by(conn, first) == live.runner_id, what="the first claim")
+        # announced to it and heard at once: its next poll is 30 s away
+        wait_until(
+            lambda: _claimed_by(conn, first) == live.runner_id,
+            what="the first claim",
+            deadline_s=15,
+        )
         # a runner that registered and died before claiming anything: its heartbeat is
         # fresh and it has the most room, so the next job is announced to it alone
         conn.execute(

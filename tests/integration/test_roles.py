@@ -221,6 +221,25 @@ def test_a_member_of_a_fleetq_group_that_is_no_fleetq_login_is_refused(
         sync_conn.commit()
 
 
+def test_a_member_of_fleetq_owner_acts_as_an_administrator(
+    db_dsn: str, sync_conn: SyncConnection
+) -> None:
+    """An administrator need not be a superuser: a member of fleetq_owner (the schema's
+    owner) that is no fleetq login acts for any runner, as the operators' own tools do."""
+    name = f"fq_owner_{uuid.uuid4().hex[:10]}"
+    sync_conn.execute(f'CREATE ROLE "{name}" LOGIN NOSUPERUSER IN ROLE fleetq_owner'.encode())
+    sync_conn.commit()
+    try:
+        with psycopg.connect(login_dsn(db_dsn, name), autocommit=True) as conn:
+            (kind,) = conn.execute("SELECT kind FROM fleetq.caller()").fetchone() or (None,)
+            assert kind == "admin"
+            acting = conn.execute("SELECT fleetq.acting_runner('node-x/anyone')").fetchone()
+            assert acting == ("node-x/anyone",)
+    finally:
+        sync_conn.execute(f'DROP OWNED BY "{name}"; DROP ROLE "{name}"'.encode())
+        sync_conn.commit()
+
+
 def test_add_writes_a_private_password_file_and_a_dsn_without_the_password(
     db_dsn: str, tmp_path: Path
 ) -> None:
