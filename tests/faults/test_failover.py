@@ -158,7 +158,11 @@ def test_a_synchronous_standby_takes_over_and_nothing_acknowledged_is_lost(
     tokens. `longer than the lease`: it is promoted only once every runner that held a
     lease has fenced itself (stopped its runs: no primary renewed them), so those jobs
     run again under new tokens."""
-    sleep = 1 if outage == "brief" else 6  # long enough to be running at the fence
+    # long enough to be running at the fence: a runner fences up to a lease (4 s) after
+    # the kill, and a check job running at the snapshot may have started a second or two
+    # before it (6 s left half a second of margin: a slow machine's CI once had every held
+    # check job end before its runner fenced, and nothing to fence)
+    sleep = 1 if outage == "brief" else 10
     with replicated_pair(sync=True) as pair, fleet(pair, repo, tmp_path, sleep) as runners:
         submits = Producer(pair.fleet_dsn, repo.head)
         submits.start()
