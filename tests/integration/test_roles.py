@@ -4,8 +4,9 @@ act as any runner and choose who submitted."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -185,20 +186,30 @@ async def test_an_operator_cannot_complete_and_a_reader_only_reads(
         await as_reader.close()
 
 
-def test_an_unknown_login_is_refused(db_dsn: str, sync_conn: SyncConnection) -> None:
-    """A login that is neither a fleetq login nor an administrator can do nothing."""
-    name = f"fq_stranger_{uuid.uuid4().hex[:10]}"
-    sync_conn.execute(f'CREATE ROLE "{name}" LOGIN'.encode())
+@contextlib.contextmanager
+def _plain_login(
+    db_dsn: str, sync_conn: SyncConnection, prefix: str, options: str = ""
+) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """A connection as a login made by hand (`CREATE ROLE ... LOGIN <options>`), never
+    added with `fleetq roles`; the role is dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    sync_conn.execute(f'CREATE ROLE "{name}" LOGIN {options}'.encode())
     sync_conn.commit()
     try:
         with psycopg.connect(login_dsn(db_dsn, name), autocommit=True) as conn:
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute("SELECT * FROM fleetq.claim('a/b', 'checks', 1, gen_random_uuid())")
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute("SELECT * FROM fleetq.jobs")
+            yield conn
     finally:
         sync_conn.execute(f'DROP ROLE "{name}"'.encode())
         sync_conn.commit()
+
+
+def test_an_unknown_login_is_refused(db_dsn: str, sync_conn: SyncConnection) -> None:
+    """A login that is neither a fleetq login nor an administrator can do nothing."""
+    with _plain_login(db_dsn, sync_conn, "fq_stranger") as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM fleetq.claim('a/b', 'checks', 1, gen_random_uuid())")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM fleetq.jobs")
 
 
 def test_a_member_of_a_fleetq_group_that_is_no_fleetq_login_is_refused(
@@ -207,18 +218,11 @@ def test_a_member_of_a_fleetq_group_that_is_no_fleetq_login_is_refused(
     """The groups' grants let a call in; the login (fleetq.logins) says whom it acts as.
     A role an administrator granted a group by hand, never added with `fleetq roles`, has
     no identity: it may not act as an administrator (any runner, any submitter)."""
-    name = f"fq_member_{uuid.uuid4().hex[:10]}"
-    sync_conn.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE fleetq_runner'.encode())
-    sync_conn.commit()
-    try:
-        with (
-            psycopg.connect(login_dsn(db_dsn, name), autocommit=True) as conn,
-            pytest.raises(psycopg.errors.InsufficientPrivilege, match="not a fleetq login"),
-        ):
-            conn.execute("SELECT * FROM fleetq.claim('a/b', 'checks', 1, gen_random_uuid())")
-    finally:
-        sync_conn.execute(f'DROP ROLE "{name}"'.encode())
-        sync_conn.commit()
+    with (
+        _plain_login(db_dsn, sync_conn, "fq_member", "IN ROLE fleetq_runner") as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege, match="not a fleetq login"),
+    ):
+        conn.execute("SELECT * FROM fleetq.claim('a/b', 'checks', 1, gen_random_uuid())")
 
 
 def test_a_member_of_fleetq_owner_acts_as_an_administrator(
@@ -226,18 +230,11 @@ def test_a_member_of_fleetq_owner_acts_as_an_administrator(
 ) -> None:
     """An administrator need not be a superuser: a member of fleetq_owner (the schema's
     owner) that is no fleetq login acts for any runner, as the operators' own tools do."""
-    name = f"fq_owner_{uuid.uuid4().hex[:10]}"
-    sync_conn.execute(f'CREATE ROLE "{name}" LOGIN NOSUPERUSER IN ROLE fleetq_owner'.encode())
-    sync_conn.commit()
-    try:
-        with psycopg.connect(login_dsn(db_dsn, name), autocommit=True) as conn:
-            (kind,) = conn.execute("SELECT kind FROM fleetq.caller()").fetchone() or (None,)
-            assert kind == "admin"
-            acting = conn.execute("SELECT fleetq.acting_runner('node-x/anyone')").fetchone()
-            assert acting == ("node-x/anyone",)
-    finally:
-        sync_conn.execute(f'DROP OWNED BY "{name}"; DROP ROLE "{name}"'.encode())
-        sync_conn.commit()
+    with _plain_login(db_dsn, sync_conn, "fq_owner", "NOSUPERUSER IN ROLE fleetq_owner") as conn:
+        (kind,) = conn.execute("SELECT kind FROM fleetq.caller()").fetchone() or (None,)
+        assert kind == "admin"
+        acting = conn.execute("SELECT fleetq.acting_runner('node-x/anyone')").fetchone()
+        assert acting == ("node-x/anyone",)
 
 
 def test_add_writes_a_private_password_file_and_a_dsn_without_the_password(
