@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,6 +44,7 @@ pytestmark = pytest.mark.slow
 
 LEASE_S = 4
 RUNNERS = 3
+FENCE = re.compile(r"self-fencing job=(\d+) token=(\d+)")
 TERMINAL = ["succeeded", "failed", "cancelled", "refused"]
 
 
@@ -139,6 +141,12 @@ def _rows(dsn: str, sql: str, *params: object) -> list[tuple[object, ...]]:
 def _ints(dsn: str, sql: str, *params: object) -> dict[int, int]:
     """A query's rows of two integers, as a mapping from the first to the second."""
     return {int(str(a)): int(str(b)) for a, b in _rows(dsn, sql, *params)}
+
+
+def _fences(tmp_path: Path) -> set[tuple[int, int]]:
+    """Every (job, token) a runner logged that it fenced itself from."""
+    found = (FENCE.findall(log.read_text()) for log in tmp_path.glob("*.log"))
+    return {(int(job), int(token)) for pairs in found for job, token in pairs}
 
 
 def _live_sleep_jobs(dsn: str) -> int:
@@ -249,14 +257,38 @@ def test_a_synchronous_standby_takes_over_and_nothing_acknowledged_is_lost(
             "WHERE job_id = ANY($1)",
             list(held),
         )
-        fenced = {int(str(job)): int(str(t)) for job, t, why, _ in runs if why == "self_fenced"}
         # a run whose process had ended and whose outcome waited for the database has
         # nothing to stop: fenced, it was recorded as stopped (and could have run again)
         ended_then_fenced = [j for j, _, why, code in runs if why == "self_fenced" and code == 0]
         assert not ended_then_fenced, "runs that had ended were fenced"
-        assert all(now[job] > token for job, token in fenced.items()), "a fenced run went on"
+        # The fences, as the runners logged them (a job claimed between the snapshot and
+        # the kill may be among them). Each is reported once the database answers, the
+        # report retried until then, and kept as a `stopped` event (a run whose start
+        # report was lost has no execution row to carry it): `self_fenced`, or
+        # `superseded` when the job had moved on first (its lease expired on the new
+        # primary and a runner, maybe the same one, claimed it again before the fenced
+        # runner reported: the later truth wins, see RunnerService._confirm).
+        fences = _fences(tmp_path)
+        stops_sql = (
+            "SELECT job_id, lease_version, detail->>'reason' FROM fleetq.events "
+            "WHERE kind = 'stopped'"
+        )
+
+        def stops() -> dict[tuple[int, int], str]:
+            rows = _rows(new, stops_sql)
+            return {(int(str(job)), int(str(t))): str(why) for job, t, why in rows}
+
+        wait_until(lambda: fences <= stops().keys(), what="every fence reported")
+        recorded = stops()
+        wrong_stop = {
+            fence: recorded[fence]
+            for fence in fences
+            if recorded[fence] not in ("self_fenced", "superseded")
+        }
+        assert not wrong_stop, f"fences reported as something else (job, token): {wrong_stop}"
+        assert all(now[job] > token for job, token in fences), "a fenced run went on"
         if outage != "brief":
-            assert fenced, "no run was fenced: the outage did not outlast the lease"
+            assert fences, "no run was fenced: the outage did not outlast the lease"
         for proc in runners:
             assert proc.poll() is None, "a runner exited during the failover"
         # The recovery delay: from the kill to the first claim the new primary committed.
@@ -273,7 +305,8 @@ def test_a_synchronous_standby_takes_over_and_nothing_acknowledged_is_lost(
             f"primary {recovered_s:.2f}s after it; {len(acked)} submits acknowledged, "
             f"{len(submits.errors)} failed and sent again; leases held at the kill: "
             f"{len(held)} ({len(adopted)} carried on under their token, {len(rerun)} ran "
-            f"again after their lease expired)"
+            f"again after their lease expired); fences: "
+            f"{sorted(recorded[fence] for fence in fences)}"
         )
 
 
