@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from fleetq.core import leasing
 from fleetq.core.driver import AsyncpgDriver
@@ -21,6 +22,15 @@ async def record_effect(ctx: JobContext) -> str:
 async def wait_forever(ctx: JobContext) -> None:
     """Runs until stopped (cancel, lease loss, shutdown)."""
     await asyncio.Event().wait()
+
+
+async def until_file(ctx: JobContext) -> str:
+    """Runs until the file its payload names exists (the test ends it when it wants)."""
+    path = Path(str(ctx.claim.payload["path"]))
+    # a file another process makes: nothing here to wait on but its appearance
+    while not await asyncio.to_thread(path.exists):  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    return f"{path.name} appeared"
 
 
 async def record_effect_exactly_once(ctx: JobContext) -> str:

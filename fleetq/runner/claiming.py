@@ -55,6 +55,8 @@ class Claiming(RunnerBase):
                     continue
                 backoff.reset()
                 claim_id, claimed_at, sent = uuid.uuid4(), sent, None
+                if not claims:
+                    metrics.EMPTY_CLAIMS.labels("claim").inc()
                 self._took(claims, lane, claimed_at)
                 if claims:
                     idle_wait = self.config.poll_interval_s
@@ -105,6 +107,8 @@ class Claiming(RunnerBase):
         )
 
     def _refilled(self, claims: list[Claim], refill: Refill) -> None:
+        if not claims:
+            metrics.EMPTY_CLAIMS.labels("refill").inc()
         self._took(claims, refill.lane, refill.sent)
         if len(claims) < refill.limit:
             # the claim found the lane empty for this runner right after these jobs freed

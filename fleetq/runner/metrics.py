@@ -26,6 +26,10 @@ HANDLER_RERUNS = Counter(
     "Handler runs started again in place after their database connection was cut",
     registry=REGISTRY,
 )
+# kind: "claim" (the claim loop's) or "refill" (sent with a batch of outcomes)
+EMPTY_CLAIMS = Counter(
+    "fleetq_empty_claims", "Claim calls that took nothing", ["kind"], registry=REGISTRY
+)
 SLOTS_IN_USE = Gauge("fleetq_slots_in_use", "Executions running", ["lane"], registry=REGISTRY)
 
 

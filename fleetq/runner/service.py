@@ -485,14 +485,22 @@ class RunnerService(Claiming, LeaseKeeping, Control):
 
     def _finished(self, job_id: JobId, lane: str, task: asyncio.Task[None]) -> None:
         self._superseded.pop(task, None)
+        ex = None
         if self.tasks.get(job_id) is task:  # not a newer execution of the same job
-            self.executions.pop(job_id, None)
+            ex = self.executions.pop(job_id, None)
             self.tasks.pop(job_id, None)
         if job_id in self._looked_after:
             # its outcome went with a claim that found the lane empty: nothing to look for
             self._looked_after.discard(job_id)
         else:
             self.wakes[lane].set()
+        if ex is None or ex.claim.memory_mb or ex.claim.cpu_millis:
+            # Memory and CPUs are the runner's, not the lane's: a job of another lane may
+            # have waited for what this one gave back (its lane's claim loop would
+            # otherwise look only at its next poll, up to --poll-max away).
+            for other, wake in self.wakes.items():
+                if other != lane:
+                    wake.set()
         if self.state == RunnerState.DRAINING and not self.executions:
             self._spawn(self._heartbeat_once())  # say "drained" now, not at the next beat
 

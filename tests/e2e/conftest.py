@@ -92,6 +92,14 @@ handler = "tests.handlers:record_effect_exactly_once"
 [projects.repo.operations.forever]
 lane = "checks"
 handler = "tests.handlers:wait_forever"
+[projects.repo.operations.until]
+lane = "checks"
+handler = "tests.handlers:until_file"
+memory_mb = 600
+[projects.repo.operations.until_control]
+lane = "control"
+handler = "tests.handlers:until_file"
+memory_mb = 600
 [projects.repo.operations.stall]
 lane = "control"
 handler = "tests.handlers:effect_then_stall"
