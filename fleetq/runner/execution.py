@@ -31,7 +31,7 @@ from fleetq.runner import executor, metrics, orphans, tracing
 from fleetq.runner.context import JobContext
 from fleetq.runner.jobuser import JobUser
 from fleetq.runner.journal import Journal
-from fleetq.runner.loops import Backoff, persist, transient, wait_or
+from fleetq.runner.loops import Backoff, persist, wait_or
 from fleetq.runner.output import Shipper
 from fleetq.runner.reporter import OutcomeNotRecorded, Reporter
 from fleetq.runner.staging import Staging, StagingFailed
@@ -79,9 +79,6 @@ class Execution:
     signal: int | None = None  # the signal that ended the process, recorded with a stop
     recorded: bool = False  # its outcome (or loss) is in the database
     stop_grace_s: float = executor.STOP_GRACE_S  # SIGTERM to SIGKILL when stopped
-    unreported_start: StartReport | None = None  # a start report not yet answered
-    start_resend: asyncio.Task[None] | None = None  # one that failed, sent again
-    start_hurry: asyncio.Event = field(default_factory=asyncio.Event)
     ctx: JobContext | None = None  # a handler's context, while it runs
     trace: tracing.JobTrace | None = None  # its spans (no-ops unless tracing is on)
     # when its run was seen gone (`time.monotonic()`; see executor.Finished): the writes
@@ -315,77 +312,26 @@ async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_
         process_started_at=at,
         prepare_ms=prepare_ms,
     )
-    ex.unreported_start = start
-    try:
-        await _send_start(ex, kit)
-    except FleetqError as exc:
-        # Any database error (connection lost, lock timeout): the lease is still ours
-        # until it expires, and the heartbeat will tell. The run stays supervised and its
-        # start is sent again until the database answers, so that the run is on record
-        # (its execution, the job `running`) before its end: an outcome records no
-        # execution for a command. A restarted runner adopts a run whose start report
-        # was lost (collection).
-        log.warning("start report failed job=%d: %s; sending it again", ex.claim.job_id, exc)
-        ex.start_resend = asyncio.create_task(_resend_start(ex, kit))
-
-
-async def _send_start(ex: Execution, kit: Toolkit) -> None:
-    """The run's start report, once; a stale lease stops the run (another holder has
-    the job). Either answer settles it."""
-    start = ex.unreported_start
-    if start is None:
-        return
     try:
         await leasing.report_start(kit.driver, runner=kit.runner, start=start)
+        metrics.STARTS.inc()
+        if ex.trace is not None:
+            ex.trace.event("started", pid=pid)
+        log.info("started job=%d token=%d pid=%d", ex.claim.job_id, ex.claim.lease_version, pid)
     except StaleLease:
-        ex.unreported_start = None
         metrics.STALE.labels("start", "zombie").inc()
         ex.request_stop("stale")
-        return
-    ex.unreported_start = None
-    metrics.STARTS.inc()
-    if ex.trace is not None and start.pid is not None:
-        ex.trace.event("started", pid=start.pid)
-    log.info("started job=%d token=%d pid=%s", start.job_id, start.lease_version, start.pid)
-
-
-async def _resend_start(ex: Execution, kit: Toolkit) -> None:
-    """Send a start report that failed again, with backoff, while the run's lease may
-    still be ours: until it lands, the lease turns out stale, the run is stopped, the
-    runner stops, or the database refuses it for good. `start_hurry` cuts a wait short
-    (the run ended: its end's write waits for this one)."""
-    backoff = Backoff()
-    while ex.unreported_start is not None and ex.stop_reason is None:
-        await _wait_any((kit.stopping, ex.stop, ex.start_hurry), backoff.next())
-        ex.start_hurry.clear()
-        if kit.stopping.is_set() or ex.stop_reason is not None:
-            return
-        try:
-            await _send_start(ex, kit)
-        except FleetqError as exc:
-            if not transient(exc):
-                log.warning("start report of job=%d refused: %s", ex.claim.job_id, exc)
-                return
-
-
-async def _wait_any(events: tuple[asyncio.Event, ...], seconds: float) -> None:
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
+    except FleetqError as exc:
+        # Any database error (connection lost, lock timeout): the lease is still ours
+        # until it expires, and the heartbeat will tell; the run stays supervised, and a
+        # restarted runner adopts a run whose start report was lost (collection).
+        log.warning("start report failed job=%d: %s", ex.claim.job_id, exc)
 
 
 async def _record(
     ex: Execution, kit: Toolkit, finished: executor.Finished, prepare_ms: int | None = None
 ) -> None:
     c = ex.claim
-    if ex.start_resend is not None:
-        # the run on record before its end: its start sent now rather than after the
-        # resend's backoff (the end's own write waits for the database anyway)
-        ex.start_hurry.set()
-        await ex.start_resend
     ex.signal = finished.signal
     ex.ended_monotonic = finished.ended_monotonic
     if finished.reason == "stop-unconfirmed":

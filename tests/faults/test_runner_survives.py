@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-import psutil
 import psycopg
 import pytest
 
@@ -415,53 +414,3 @@ def test_a_restarted_runner_ends_the_sessions_its_dead_predecessor_left(
                 left.execute("SELECT 1")
         finally:
             left.close()
-
-
-@pytest.mark.parametrize("released", ["while it runs", "after it ended"])
-def test_a_start_report_that_failed_is_sent_again_before_the_outcome(
-    released: str, fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
-) -> None:
-    """The start report waits on a lock past the runner's `lock_timeout` (the test holds
-    `executions` in SHARE mode) and fails. The run goes on; its start is sent again until
-    it lands, and before the run's end is written, so the job is `running` while it runs
-    and its execution is on record (an outcome records none for a command: before, this
-    run was never on record; and sent after the outcome, a start is stale)."""
-    marker = tmp_path / "ran"
-    command = "sleep 5" if released == "while it runs" else f"touch {marker}"
-    with connect(fleet_dsn, autocommit=True) as conn, connect(fleet_dsn) as locker:
-        conn.execute("UPDATE fleetq.operations SET command = $1 WHERE name = 'sleep'", [command])
-        runner = start_runner(dsn=_with_settings(fleet_dsn, lock_timeout="300"))
-        locker.execute(b"LOCK TABLE fleetq.executions IN SHARE MODE")
-        job = _submit(conn, "sleep", repo.head)
-        wait_until(
-            lambda: "start report failed" in runner.output(), what="the start report to fail"
-        )
-        assert job_state(conn, job) == "claimed"
-        if released == "after it ended":
-            # its end waits for its start, which waits for the lock
-            wait_until(marker.exists, what="the command to run")
-            wait_until(
-                lambda: (
-                    not [
-                        p
-                        for p in psutil.process_iter(["cmdline"])
-                        if str(marker) in " ".join(p.info["cmdline"] or [])
-                    ]
-                ),
-                what="the command to end",
-            )
-            assert job_state(conn, job) == "claimed"
-        locker.rollback()
-        if released == "while it runs":
-            wait_until(
-                lambda: job_state(conn, job) in ("running", "succeeded"),
-                what="the start sent again",
-            )
-            assert job_state(conn, job) == "running", "the start landed only with the outcome"
-        wait_until(lambda: job_state(conn, job) == "succeeded", what="the job")
-        row = conn.execute(
-            b"SELECT pid IS NOT NULL, exit_code, ended_at IS NOT NULL "
-            b"FROM fleetq.executions WHERE job_id = $1",
-            [job],
-        ).fetchone()
-        assert row == (True, 0, True), f"the run's execution: {row}"
