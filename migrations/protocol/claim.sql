@@ -1,6 +1,6 @@
 -- Protocol: the claim: eligibility (lane, capabilities, requested node, state, slots, memory,
 -- CPU: all checked before a job is taken) and the claim itself, which takes queued jobs
--- with FOR UPDATE SKIP LOCKED, reserves capacity and grants a new fencing token.
+-- with FOR NO KEY UPDATE SKIP LOCKED, reserves capacity and grants a new fencing token.
 --
 -- Applied by `fleetq migrate` whenever this file changes (CREATE OR REPLACE; every
 -- changed protocol file in one transaction). Change a function here; tables, dropped
@@ -246,9 +246,13 @@ BEGIN
     -- others find it held or gone. Every row lock is a write (a transaction id, WAL, a
     -- dirtied page), and locking the runner's row first made each of those wake-ups one.
     -- So the jobs are chosen on what the runner's rows say now, unlocked, and held with
-    -- FOR UPDATE SKIP LOCKED (SKIP LOCKED: a row another claimer holds is skipped, not
-    -- waited for, so an empty answer does not prove the queue is empty). A held job
-    -- waits on nothing: it is held only by this claim until it commits.
+    -- FOR NO KEY UPDATE SKIP LOCKED (SKIP LOCKED: a row another claimer holds is skipped,
+    -- not waited for, so an empty answer does not prove the queue is empty). A held job
+    -- waits on nothing: it is held only by this claim until it commits. NO KEY: a claim
+    -- changes no key, and the lock a foreign key takes (KEY SHARE: a `submit --after`
+    -- naming this job holds it until it commits) does not conflict with it; FOR UPDATE
+    -- did, and the claim skipped the job, which then waited for a poll (nothing
+    -- announces it again when that submit commits).
     SELECT * INTO r FROM fleetq.runners WHERE id = p_runner;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown runner %', p_runner USING ERRCODE = 'FQ004';
@@ -277,7 +281,7 @@ BEGIN
           AND j.project <> ALL (coalesce(v_full_projects, '{}'))
         ORDER BY j.priority_class, j.created_at, j.id
         LIMIT least(p_limit, coalesce(l.slots - l.slots_used, 0), coalesce(v_lane_room, p_limit))
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     )
     SELECT array_agg(c.id) INTO v_held FROM candidates c;
     IF v_held IS NULL THEN

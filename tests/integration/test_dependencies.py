@@ -206,3 +206,22 @@ async def test_a_dependency_ending_during_the_submit_queues_the_job(
         done.join(timeout=10)
         assert not done.is_alive()
     assert (await readers.job(driver, JobId(row[0]))).state == JobState.QUEUED
+
+
+async def test_a_job_named_by_a_submit_in_flight_is_still_claimed(
+    driver: Driver, db_dsn: str
+) -> None:
+    """A `submit --after` holds each job it names (its foreign key's KEY SHARE) until it
+    commits. A claim meanwhile must take such a job all the same: before, the claim held
+    its jobs FOR UPDATE, which a key share blocks, so it skipped the job, and nothing
+    announced the job again once the submit committed (it waited for a poll)."""
+    runner = await fleet.runner(driver)
+    a = await _submit(driver)
+    with connect(db_dsn) as submitter:
+        submitter.execute(
+            queries.sql("jobs_submit"),
+            ["tools", "lint", SHA, None, None, None, "a", "{}", [a], None],
+        ).fetchall()
+        claims = await leasing.claim(driver, runner=runner, lane="checks", limit=8)
+        assert [c.job_id for c in claims] == [a]
+        submitter.commit()
