@@ -1,11 +1,12 @@
 """The lease protocol: how a runner holds a job, and why a zombie can never write.
 
 1. **Claim.** One statement (`fleetq.claim`) picks eligible queued jobs with
-   `FOR UPDATE SKIP LOCKED` in `priority_class, created_at, id` order, sets
+   `FOR NO KEY UPDATE SKIP LOCKED` in `priority_class, created_at, id` order, sets
    `lease_owner`, increments `lease_version` (the fencing token) and sets
    `lease_expires_at = clock_timestamp() + lease`, and reserves the runner's slots,
-   memory and CPUs, all in one transaction. The runner row is locked first, so claims of
-   one runner serialize and a batch never over-reserves; CHECKs make it impossible anyway.
+   memory and CPUs, all in one transaction. Once it holds jobs it locks the runner's row,
+   so claims of one runner serialize and a batch never over-reserves; CHECKs make it
+   impossible anyway.
    A claim carries a client-made claim id; retrying it returns what it already took.
 2. **Fenced writes.** Heartbeat, start report, outcome and loss name
    `(job id, lease_owner, lease_version)` and the live states. When any moved on (the job
