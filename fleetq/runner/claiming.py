@@ -55,9 +55,7 @@ class Claiming(RunnerBase):
                     continue
                 backoff.reset()
                 claim_id, claimed_at, sent = uuid.uuid4(), sent, None
-                if not claims:
-                    metrics.EMPTY_CLAIMS.labels("claim").inc()
-                self._took(claims, lane, claimed_at)
+                self._took(claims, lane, claimed_at, "claim")
                 if claims:
                     idle_wait = self.config.poll_interval_s
                 if len(claims) == limit:
@@ -70,9 +68,12 @@ class Claiming(RunnerBase):
                     idle_wait * 2, max(self.config.poll_max_s, self.config.poll_interval_s)
                 )
 
-    def _took(self, claims: list[Claim], lane: str, claimed_at: float) -> None:
-        """Launch what a claim took; `claimed_at` is when it was first sent."""
+    def _took(self, claims: list[Claim], lane: str, claimed_at: float, kind: str) -> None:
+        """Launch what a claim took; `claimed_at` is when it was first sent, `kind` the
+        claim loop's ("claim") or an outcome batch's ("refill")."""
         metrics.CLAIMS.labels(lane).inc(len(claims))
+        if not claims:
+            metrics.EMPTY_CLAIMS.labels(kind).inc()
         for c in claims:
             self._launch(c, lane, claimed_at)
         if claims and time.monotonic() - claimed_at > self._beat_s():
@@ -107,9 +108,7 @@ class Claiming(RunnerBase):
         )
 
     def _refilled(self, claims: list[Claim], refill: Refill) -> None:
-        if not claims:
-            metrics.EMPTY_CLAIMS.labels("refill").inc()
-        self._took(claims, refill.lane, refill.sent)
+        self._took(claims, refill.lane, refill.sent, "refill")
         if len(claims) < refill.limit:
             # the claim found the lane empty for this runner right after these jobs freed
             # their room: their ends need not wake the claim loop to look again

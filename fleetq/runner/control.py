@@ -133,8 +133,8 @@ class Control(RunnerBase):
         """A wake-up names a lane, or a lane and the one runner chosen to claim a new job
         (`fleetq.announce_job`). Another runner's job is looked for once, LOOKOUT_S later
         (or a poll interval, if shorter): the chosen runner may have died before claiming
-        it. A job named for this
-        runner while its lane is full is announced to the whole lane."""
+        it. A job named for this runner while its lane is full is announced to the whole
+        lane."""
         lane, _, chosen = str(payload).partition(" ")
         wake = self.wakes.get(lane)
         if wake is None:

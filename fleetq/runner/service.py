@@ -473,7 +473,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         # SIGUSR1's dump names job tasks from self.tasks (task_labels)
         task = asyncio.create_task(self._execute(ex))
         self.tasks[claim.job_id] = task
-        task.add_done_callback(functools.partial(self._finished, claim.job_id, lane))
+        task.add_done_callback(functools.partial(self._finished, ex))
 
     def task_labels(self) -> dict[asyncio.Task[Any], str]:
         """Each job's task, named by its job (for SIGUSR1's dump: job tasks are unnamed),
@@ -483,18 +483,18 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             labels[task] = f"job:{job_id} token {token} (superseded)"
         return labels
 
-    def _finished(self, job_id: JobId, lane: str, task: asyncio.Task[None]) -> None:
+    def _finished(self, ex: Execution, task: asyncio.Task[None]) -> None:
+        job_id, lane = ex.claim.job_id, ex.lane
         self._superseded.pop(task, None)
-        ex = None
         if self.tasks.get(job_id) is task:  # not a newer execution of the same job
-            ex = self.executions.pop(job_id, None)
+            self.executions.pop(job_id, None)
             self.tasks.pop(job_id, None)
         if job_id in self._looked_after:
             # its outcome went with a claim that found the lane empty: nothing to look for
             self._looked_after.discard(job_id)
         else:
             self.wakes[lane].set()
-        if ex is None or ex.claim.memory_mb or ex.claim.cpu_millis:
+        if ex.claim.memory_mb or ex.claim.cpu_millis:
             # Memory and CPUs are the runner's, not the lane's: a job of another lane may
             # have waited for what this one gave back (its lane's claim loop would
             # otherwise look only at its next poll, up to --poll-max away).
@@ -595,7 +595,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         self.executions[claim.job_id] = ex
         task = asyncio.create_task(self._follow(ex, entry.started_at), name=f"job:{claim.job_id}")
         self.tasks[claim.job_id] = task
-        task.add_done_callback(functools.partial(self._finished, claim.job_id, ex.lane))
+        task.add_done_callback(functools.partial(self._finished, ex))
 
     async def _follow(self, ex: Execution, started_at: float) -> None:
         try:
