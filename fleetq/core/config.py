@@ -279,7 +279,8 @@ def check(conn: SyncConnection, config: FleetConfig, *, source: Path) -> None:
 
 
 def apply(conn: SyncConnection, config: FleetConfig, *, source: Path) -> ApplySummary:
-    """Upsert the configuration in one transaction; nothing is written if any entry fails."""
+    """Upsert the configuration in one transaction; nothing is written if any entry fails.
+    An apply that changed anything wakes every lane's runners when it commits."""
     with conn.transaction():
         _check_lanes(conn, config, source)
         changed = {
@@ -329,6 +330,10 @@ def apply(conn: SyncConnection, config: FleetConfig, *, source: Path) -> ApplySu
             )
             for name, s in config.schedules.items()
         )
+        if any(changed.values()):
+            # a job a cap held back was announced at its submit and by nothing since:
+            # without this it would wait for a runner's poll (up to --poll-max)
+            conn.execute(queries.sql("config_wake_lanes"))
         totals = {str(k): int(n) for k, n in conn.execute(queries.sql("config_summary"))}
     return ApplySummary(changed=changed, totals=totals)
 

@@ -176,3 +176,25 @@ async def test_room_freed_under_a_cap_wakes_the_lane(
     _cap(sync_conn, "lanes", "checks", 3)
     await _submit(driver)
     assert await outcome_wakes_checks()
+
+
+def test_a_cap_raised_by_apply_wakes_the_lanes(
+    sync_conn: SyncConnection, db_dsn: str, tmp_path: Path
+) -> None:
+    """A job held back by a cap was announced at its submit, and nothing announces it
+    again: raising the cap with `fleetq apply` must wake the lanes itself, or the job
+    waits for a runner's poll (up to --poll-max). An apply that changes nothing wakes
+    nobody."""
+    path = tmp_path / "fleet.toml"
+
+    def apply_cap(cap: int) -> list[str]:
+        path.write_text(f"[lanes.checks]\nmax_running = {cap}\n")
+        with connect(db_dsn, autocommit=True) as listener:
+            listener.execute("LISTEN fleetq_work")
+            config.apply(sync_conn, config.load(path), source=path)
+            listener.execute("SELECT 1")  # notifications arrive with the next round trip
+            return [n.payload for n in listener.notifies(timeout=0, stop_after=10)]
+
+    assert "checks" in apply_cap(1)  # the lane row changed (no cap before)
+    assert apply_cap(1) == []  # nothing changed: no wake-up
+    assert "checks" in apply_cap(2)

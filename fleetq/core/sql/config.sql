@@ -70,6 +70,12 @@ WHERE fleetq.operations.retired_at IS NOT NULL OR (fleetq.operations.lane, fleet
 -- The lanes already registered, so a file may name lanes it does not declare.
 SELECT name FROM fleetq.lanes ORDER BY name;
 
+-- name: config_wake_lanes
+-- Wake every lane's runners at commit (a NOTIFY naming the lane alone: each claims). A
+-- raised cap, a settings change or a revived operation may let queued jobs run that were
+-- announced once at their submit and are announced by nothing else.
+SELECT pg_notify('fleetq_work', name) FROM fleetq.lanes;
+
 -- name: config_summary
 -- What the fleet configuration holds now, one row per kind.
 SELECT 'lanes' AS kind, count(*) AS n FROM fleetq.lanes
