@@ -7,7 +7,7 @@
 -- functions and new signatures go in a numbered migration.
 
 -- Set the reserved capacity of runners owed a recount to what their jobs hold, for
--- those whose row is free now (the rest wait for a later pass).
+-- those whose row is free now (the rest wait for a later pass), and wake their lanes.
 CREATE OR REPLACE FUNCTION fleetq.recount_reservations()
  RETURNS integer
  LANGUAGE plpgsql
@@ -33,6 +33,10 @@ BEGIN
     SET slots_used = (SELECT count(*) FROM fleetq.jobs j
                       WHERE j.reserved_on = l.runner_id AND j.lane = l.lane)
     WHERE l.runner_id = ANY (v_ids);
+    -- The room given back was announced by nothing else: wake those runners' lanes, or a
+    -- job that waited for it waits for a poll (up to --poll-max).
+    PERFORM pg_notify('fleetq_work', l.lane)
+    FROM (SELECT DISTINCT lane FROM fleetq.runner_lanes WHERE runner_id = ANY (v_ids)) l;
     DELETE FROM fleetq.recount WHERE runner_id = ANY (v_ids);
     RETURN cardinality(v_ids);
 END;
