@@ -3,14 +3,29 @@ the same calls production uses (runners register through `fleet.register`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from fleetq.core import fleet
-from fleetq.core.db import SyncConnection
+from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
 from fleetq.core.models import Registration, RunnerId
 from tests import factories
 
 SHA = factories.SHA
 OTHER_SHA = "f" * 40
+
+
+@contextmanager
+def wakeups(dsn: str) -> Iterator[list[str]]:
+    """The `fleetq_work` wake-ups committed while the block runs: a list, filled when the
+    block ends (a NOTIFY is delivered at its commit, read with the next round trip)."""
+    heard: list[str] = []
+    with connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN fleetq_work")
+        yield heard
+        listener.execute("SELECT 1")
+        heard.extend(n.payload for n in listener.notifies(timeout=0, stop_after=10))
 
 
 def operations(conn: SyncConnection) -> None:

@@ -156,8 +156,7 @@ async def test_room_freed_under_a_cap_wakes_the_lane(
 
     async def outcome_wakes_checks() -> bool:
         (claimed,) = await leasing.claim(driver, runner=one, lane="checks", limit=1)
-        with connect(db_dsn, autocommit=True) as listener:
-            listener.execute("LISTEN fleetq_work")
+        with fleet.wakeups(db_dsn) as woken:
             await leasing.complete(
                 driver,
                 runner=one,
@@ -168,8 +167,7 @@ async def test_room_freed_under_a_cap_wakes_the_lane(
                     exit_code=0,
                 ),
             )
-            listener.execute("SELECT 1")  # notifications arrive with the next round trip
-            return "checks" in [n.payload for n in listener.notifies(timeout=0, stop_after=10)]
+        return "checks" in woken
 
     await _submit(driver)
     assert not await outcome_wakes_checks()
@@ -189,11 +187,9 @@ def test_a_cap_raised_by_apply_wakes_the_lanes(
 
     def apply_cap(cap: int) -> list[str]:
         path.write_text(f"[lanes.checks]\nmax_running = {cap}\n")
-        with connect(db_dsn, autocommit=True) as listener:
-            listener.execute("LISTEN fleetq_work")
+        with fleet.wakeups(db_dsn) as woken:
             config.apply(sync_conn, config.load(path), source=path)
-            listener.execute("SELECT 1")  # notifications arrive with the next round trip
-            return [n.payload for n in listener.notifies(timeout=0, stop_after=10)]
+        return woken
 
     assert "checks" in apply_cap(1)  # the lane row changed (no cap before)
     assert apply_cap(1) == []  # nothing changed: no wake-up

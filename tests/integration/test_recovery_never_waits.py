@@ -70,11 +70,8 @@ async def test_the_reaper_requeues_a_cut_off_runners_jobs_without_waiting_for_it
         assert _reserved(reaper, a) == (0, 0)  # given back at once
         assert _reserved(reaper, b) == (256, 1)  # owed: its row was held
         held_row.rollback()  # the stuck session dies
-        with connect(db_dsn, autocommit=True) as listener:
-            listener.execute("LISTEN fleetq_work")
+        with fleet.wakeups(db_dsn) as woken:
             reaper.execute("SELECT * FROM fleetq.reap()").fetchall()
-            listener.execute("SELECT 1")  # notifications arrive with the next round trip
-            woken = [n.payload for n in listener.notifies(timeout=0, stop_after=10)]
         assert _reserved(reaper, b) == (0, 0)  # recounted from its jobs
         # the room the recount gives back was announced by nothing else: wake its lanes,
         # or a job that waited for it waits for a runner's poll (up to --poll-max)
