@@ -3,6 +3,7 @@ cancel, and what a zombie can (not) do."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from fleetq.core import eligibility, leasing, producer, readers, stats, views
+from fleetq.core import eligibility, leasing, producer, queries, readers, stats, views
 from fleetq.core import fleet as fleet_api
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
@@ -29,6 +30,7 @@ from fleetq.core.models import (
 )
 from tests import fleet
 from tests.fleet import SHA
+from tests.locks import blocked_or_done, wait_for
 
 FUTURE = datetime.now(UTC) + timedelta(days=1)
 
@@ -698,6 +700,55 @@ async def test_renewal_skips_a_row_another_transaction_holds(driver: Driver, db_
     ]
     kinds = [e.kind for e in await readers.events(driver, job_id=held.job_id)]
     assert "stale_rejected" not in kinds
+
+
+async def test_a_start_report_waiting_on_executions_leaves_its_job_renewable(
+    driver: Driver, db_dsn: str
+) -> None:
+    """A start report that must wait on `executions` (an index built on it without
+    CONCURRENTLY, a VACUUM FULL: here a SHARE lock) waited holding its job's row, so the
+    renewal answered 'busy' for as long as it waited (up to lock_timeout) and a healthy
+    run could fence itself. It now waits before it touches the job."""
+    from fleetq.core.db import connect
+
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    start = _start(claim)
+    answers: list[object] = []
+
+    def report(conn: SyncConnection) -> None:
+        (row,) = conn.execute(
+            queries.sql("lease_report_start"),
+            [
+                runner,
+                start.job_id,
+                start.lease_version,
+                start.node,
+                start.run_id,
+                start.pid,
+                start.process_started_at,
+                None,
+            ],
+        ).fetchall()
+        conn.commit()
+        answers.append(row[0])
+
+    with connect(db_dsn) as holder, connect(db_dsn) as reporter:
+        holder.execute(b"LOCK TABLE fleetq.executions IN SHARE MODE")
+        (pid,) = reporter.execute("SELECT pg_backend_pid()").fetchone() or ()
+        sent = threading.Thread(target=report, args=(reporter,))
+        sent.start()
+        wait_for(lambda: blocked_or_done(db_dsn, pid, sent), "the start report to wait")
+        renewed = await leasing.heartbeat(
+            driver, runner=runner, leases=[(claim.job_id, claim.lease_version)]
+        )
+        holder.rollback()
+        sent.join(timeout=10)
+        assert not sent.is_alive()
+    assert [(a.job_id, a.status) for a in renewed] == [(claim.job_id, WriteStatus.OK)]
+    assert answers == ["ok"]
+    assert (await readers.job(driver, claim.job_id)).state == JobState.RUNNING
 
 
 async def test_a_write_racing_the_runner_s_own_outcome_is_a_self_race(driver: Driver) -> None:
