@@ -31,7 +31,7 @@ from fleetq.runner import executor, metrics, orphans, tracing
 from fleetq.runner.context import JobContext
 from fleetq.runner.jobuser import JobUser
 from fleetq.runner.journal import Journal
-from fleetq.runner.loops import Backoff, persist, wait_or
+from fleetq.runner.loops import Backoff, persist, transient, wait_or
 from fleetq.runner.output import Shipper
 from fleetq.runner.reporter import OutcomeNotRecorded, Reporter
 from fleetq.runner.staging import Staging, StagingFailed
@@ -79,6 +79,7 @@ class Execution:
     signal: int | None = None  # the signal that ended the process, recorded with a stop
     recorded: bool = False  # its outcome (or loss) is in the database
     stop_grace_s: float = executor.STOP_GRACE_S  # SIGTERM to SIGKILL when stopped
+    start_resend: StartResend | None = None  # its start report, failed once, sent again
     ctx: JobContext | None = None  # a handler's context, while it runs
     trace: tracing.JobTrace | None = None  # its spans (no-ops unless tracing is on)
     # when its run was seen gone (`time.monotonic()`; see executor.Finished): the writes
@@ -121,6 +122,21 @@ class Execution:
 
     def _forget_hook(self) -> None:
         self.hook = None
+
+
+@dataclass
+class StartResend:
+    """A start report that failed once (a lost connection, a lock held past
+    lock_timeout), sent again in the background while its run goes on.
+
+    Why: a command's outcome records no execution (the start report writes it), so a run
+    whose only start report failed was never on record: no execution with its node, pid
+    and run id, the job never `running`, the run missing from the timeline and the
+    overlap view."""
+
+    report: StartReport
+    task: asyncio.Task[None]
+    ended: asyncio.Event  # set when the run's process is gone: an attempt at once
 
 
 @dataclass
@@ -213,6 +229,8 @@ async def _carry_out(ex: Execution, kit: Toolkit, trace: tracing.JobTrace) -> No
         # what is left is shipped before the outcome (so `fleetq logs` ends with it),
         # but never holds the outcome up for long
         ended.set()
+        if ex.start_resend is not None:  # at once, whatever ended the run
+            ex.start_resend.ended.set()
         try:
             await asyncio.wait_for(shipping, SHIP_FINAL_S)
         except TimeoutError:
@@ -313,19 +331,82 @@ async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_
         prepare_ms=prepare_ms,
     )
     try:
+        await _send_start(ex, kit, start, ended=False)
+    except FleetqError as exc:
+        # The lease is still ours until it expires, and the heartbeat will tell; the run
+        # stays supervised. A transient failure is sent again until it lands; a restarted
+        # runner adopts a run whose start report was lost (collection).
+        if not transient(exc):
+            log.warning("start report of job=%d refused: %s", ex.claim.job_id, exc)
+            return
+        log.warning("start report failed job=%d: %s; sending it again", ex.claim.job_id, exc)
+        ended = asyncio.Event()
+        ex.start_resend = StartResend(
+            start, asyncio.create_task(_resend_start(ex, kit, start, ended)), ended
+        )
+
+
+async def _send_start(ex: Execution, kit: Toolkit, start: StartReport, *, ended: bool) -> None:
+    """One start report. A stale lease stops a run that still runs (another holder has
+    the job); once the run has ended there is nothing to stop, and its end's own write
+    meets the same fence."""
+    try:
         await leasing.report_start(kit.driver, runner=kit.runner, start=start)
-        metrics.STARTS.inc()
-        if ex.trace is not None:
-            ex.trace.event("started", pid=pid)
-        log.info("started job=%d token=%d pid=%d", ex.claim.job_id, ex.claim.lease_version, pid)
     except StaleLease:
         metrics.STALE.labels("start", "zombie").inc()
-        ex.request_stop("stale")
-    except FleetqError as exc:
-        # Any database error (connection lost, lock timeout): the lease is still ours
-        # until it expires, and the heartbeat will tell; the run stays supervised, and a
-        # restarted runner adopts a run whose start report was lost (collection).
-        log.warning("start report failed job=%d: %s", ex.claim.job_id, exc)
+        if ended:
+            log.info(
+                "start of job=%d token=%d not recorded: the lease moved on before its run ended",
+                start.job_id,
+                start.lease_version,
+            )
+        else:
+            ex.request_stop("stale")
+        return
+    metrics.STARTS.inc()
+    if ex.trace is not None and start.pid is not None:
+        ex.trace.event("started", pid=start.pid)
+    log.info("started job=%d token=%d pid=%s", start.job_id, start.lease_version, start.pid)
+
+
+async def _resend_start(
+    ex: Execution, kit: Toolkit, start: StartReport, ended: asyncio.Event
+) -> None:
+    """Send a failed start report again, with backoff, until it lands, the lease turns
+    out stale, the database refuses it for good, the run is stopped or the runner stops.
+    When the run ends it is tried at once, and its end's write waits for it: that write
+    needs what the start needs (the database, `executions`), so waiting costs it nothing,
+    and a start sent after the outcome would be stale. Nothing here holds the job's row
+    while it waits (report_start waits on `executions` first), so renewals go on."""
+    backoff = Backoff()
+    tried_after_end = False
+    while True:
+        if not ended.is_set():
+            await _first_of((ended, ex.stop, kit.stopping), backoff.next())
+        elif tried_after_end:
+            await _first_of((ex.stop, kit.stopping), backoff.next())
+        if ex.stop.is_set() or kit.stopping.is_set():
+            return
+        last = ended.is_set()
+        tried_after_end = tried_after_end or last
+        try:
+            await _send_start(ex, kit, start, ended=last)
+            return
+        except FleetqError as exc:
+            if not transient(exc):
+                log.warning("start of job=%d not recorded: %s", start.job_id, exc)
+                return
+            log.warning("start report failed again job=%d: %s", start.job_id, exc)
+
+
+async def _first_of(events: tuple[asyncio.Event, ...], seconds: float) -> None:
+    """Wait until any of `events` is set, or `seconds`."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 async def _record(
@@ -333,9 +414,14 @@ async def _record(
 ) -> None:
     c = ex.claim
     ex.signal = finished.signal
-    ex.ended_monotonic = finished.ended_monotonic
+    ex.ended_monotonic = finished.ended_monotonic  # from now on the self-fence leaves it
     if finished.reason == "stop-unconfirmed":
         ex.stop_unconfirmed = True
+    if (resend := ex.start_resend) is not None:
+        # the run on record before its end is written (the self-fence leaves an ended
+        # run alone meanwhile)
+        resend.ended.set()
+        await resend.task
     if finished.lost is not None:
         await hand_back(ex, kit, finished.lost)
         return

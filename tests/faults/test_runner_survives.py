@@ -414,3 +414,96 @@ def test_a_restarted_runner_ends_the_sessions_its_dead_predecessor_left(
                 left.execute("SELECT 1")
         finally:
             left.close()
+
+
+def _execution(conn: SyncConnection, job: int) -> tuple[object, ...] | None:
+    row = conn.execute(
+        b"SELECT pid IS NOT NULL, exit_code, ended_at IS NOT NULL "
+        b"FROM fleetq.executions WHERE job_id = $1",
+        [job],
+    ).fetchone()
+    return None if row is None else tuple(row)
+
+
+@pytest.mark.parametrize("released", ["while it runs", "after it ended"])
+def test_a_start_report_that_failed_is_sent_again_before_the_outcome(
+    released: str, fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    """The start report waits on a lock past the runner's lock_timeout (the test holds
+    `executions` in SHARE mode, as an index build does) and fails. It was not sent again:
+    the run went on and ended, but a command's outcome writes no execution, so the run
+    was never on record (no execution, the job never `running`). Now it is sent again
+    until it lands, and the run's end is written after it."""
+    marker = tmp_path / "ran"
+    go = tmp_path / "go"
+    command = (
+        f"sh -c 'until [ -e {go} ]; do sleep 0.05; done'"
+        if released == "while it runs"
+        else f"touch {marker}"
+    )
+    with connect(fleet_dsn, autocommit=True) as conn, connect(fleet_dsn) as locker:
+        conn.execute(b"UPDATE fleetq.operations SET command = $1 WHERE name = 'sleep'", [command])
+        runner = start_runner(dsn=_with_settings(fleet_dsn, lock_timeout="300"))
+        locker.execute(b"LOCK TABLE fleetq.executions IN SHARE MODE")
+        job = _submit(conn, "sleep", repo.head)
+        wait_until(
+            lambda: "start report failed" in runner.output(), what="the start report to fail"
+        )
+        assert job_state(conn, job) == "claimed"
+        if released == "after it ended":
+            wait_until(marker.exists, what="the command to run")
+            # its end met the lock too: a start sent again, or (before) the outcome's write
+            wait_until(
+                lambda: any(
+                    line in runner.output()
+                    for line in ("start report failed again", "outcome write failed")
+                ),
+                what="the run's end to meet the lock",
+            )
+            assert job_state(conn, job) == "claimed"
+        locker.rollback()
+        if released == "while it runs":
+            wait_until(
+                lambda: job_state(conn, job) in ("running", "succeeded"),
+                what="the start sent again",
+            )
+            assert job_state(conn, job) == "running", "the start landed only with the outcome"
+            go.touch()
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the job")
+        assert _execution(conn, job) == (True, 0, True), runner.output()
+    assert "Traceback" not in runner.output()
+
+
+def test_a_start_report_waiting_on_a_lock_does_not_fence_its_run(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    """A start report that must wait on `executions` waited holding its job's row, which
+    the renewal skips: sent again and again while the lock stayed, it kept a healthy
+    run's lease from being renewed until the run fenced itself. With a 3 s lease the
+    fence is due 2 s after the last renewal; the lock stays for several attempts of a
+    second each."""
+    go = tmp_path / "go"
+    with connect(fleet_dsn, autocommit=True) as conn, connect(fleet_dsn) as locker:
+        conn.execute(b"UPDATE fleetq.settings SET value = '3' WHERE name = 'lease_seconds'")
+        conn.execute(
+            b"UPDATE fleetq.operations SET command = $1 WHERE name = 'sleep'",
+            [f"sh -c 'until [ -e {go} ]; do sleep 0.05; done'"],
+        )
+        runner = start_runner(dsn=_with_settings(fleet_dsn, lock_timeout="1000"))
+        locker.execute(b"LOCK TABLE fleetq.executions IN SHARE MODE")
+        job = _submit(conn, "sleep", repo.head)
+        wait_until(
+            lambda: (
+                runner.output().count("start report failed again") >= 4
+                or "self-fencing" in runner.output()
+            ),
+            what="the start report to fail several times",
+        )
+        assert "self-fencing" not in runner.output()
+        locker.rollback()
+        wait_until(lambda: job_state(conn, job) == "running", what="the start to land")
+        go.touch()
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the job")
+        assert _one(conn, "SELECT lease_version FROM fleetq.jobs WHERE id = $1", job) == 1
+        assert _execution(conn, job) == (True, 0, True)
+    assert "self-fencing" not in runner.output()
