@@ -226,7 +226,10 @@ $function$;
 -- promoted one class, and again after each further such wait, up to class 0, so a class
 -- under sustained higher-class load is not starved for ever. Run by the reaper's leader;
 -- each lane and class is read oldest first along jobs_queued, rows a claim holds are
--- skipped, and a failure costs the promotion, never the reaper's pass.
+-- skipped, and a failure costs the promotion, never the reaper's pass. The rows it reads
+-- it holds till the pass commits, and a claim meanwhile skips them and may find nothing:
+-- so the lanes whose jobs it held are woken as it commits (else their runners looked
+-- again only at their next poll, up to --poll-max away).
 CREATE OR REPLACE FUNCTION fleetq.promote_waiting(p_now timestamp with time zone DEFAULT NULL)
  RETURNS integer
  LANGUAGE plpgsql
@@ -236,13 +239,14 @@ DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
     v_ids bigint[];
     v_classes smallint[];
+    v_lanes text[];
 BEGIN
     IF v_after IS NULL THEN
         RETURN 0;
     END IF;
     BEGIN
-        WITH due AS (
-            SELECT j.id
+        WITH held AS (
+            SELECT j.id, j.promotions, j.created_at, l.name AS lane
             FROM fleetq.lanes l
             CROSS JOIN (VALUES (1::smallint), (2::smallint)) AS c(class)
             CROSS JOIN LATERAL (
@@ -254,7 +258,10 @@ BEGIN
                 LIMIT 1000
                 FOR UPDATE OF q SKIP LOCKED
             ) j
-            WHERE j.created_at < v_now - make_interval(secs => v_after * (j.promotions + 1))
+        ),
+        due AS (
+            SELECT h.id FROM held h
+            WHERE h.created_at < v_now - make_interval(secs => v_after * (h.promotions + 1))
         ),
         moved AS (
             UPDATE fleetq.jobs j
@@ -263,8 +270,10 @@ BEGIN
             FROM due WHERE j.id = due.id
             RETURNING j.id, j.priority_class
         )
-        SELECT array_agg(id ORDER BY id), array_agg(priority_class ORDER BY id)
-        INTO v_ids, v_classes FROM moved;
+        SELECT array_agg(m.id ORDER BY m.id), array_agg(m.priority_class ORDER BY m.id),
+               (SELECT array_agg(DISTINCT h.lane) FROM held h)
+        INTO v_ids, v_classes, v_lanes FROM moved m;
+        PERFORM pg_notify('fleetq_work', t.lane) FROM unnest(v_lanes) AS t(lane);
         IF v_ids IS NOT NULL THEN
             INSERT INTO fleetq.events (kind, job_id, lease_version, actor, detail)
             SELECT 'promoted', t.id, 0, 'fleetq',

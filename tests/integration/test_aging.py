@@ -95,3 +95,20 @@ async def test_promotion_stops_at_class_zero(driver: Driver, sync_conn: SyncConn
     ]
     assert promoted == [1, 0]
     assert (await readers.job(driver, job)).priority_class == 0
+
+
+async def test_a_pass_that_held_queued_jobs_wakes_their_lanes(
+    driver: Driver, sync_conn: SyncConnection, db_dsn: str
+) -> None:
+    """Aging holds the queued jobs it looks at (FOR UPDATE) until its pass commits; a
+    claim meanwhile skips them (SKIP LOCKED), may find nothing, and its runner then
+    looked again only at its next poll (up to --poll-max). The pass wakes the lanes whose
+    jobs it held; a pass that held nothing wakes nobody."""
+    _aging_on(sync_conn)
+    await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="a")
+    with fleet.wakeups(db_dsn) as idle:
+        _reap_at(sync_conn, _now(sync_conn))  # nothing has waited long enough
+    assert idle == []
+    with fleet.wakeups(db_dsn) as heard:
+        _reap_at(sync_conn, _now(sync_conn) + timedelta(seconds=AFTER_S + 1))
+    assert heard == ["checks"]
