@@ -157,6 +157,9 @@ class Toolkit:
     job_user: JobUser | None = None  # --job-user: commands run as this user
     # set when the runner shuts down: writes that retry until they land give up then
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # set when it must stop at once (a second SIGTERM): writes that a graceful shutdown
+    # still waits for (outcomes, a run's start) give up then
+    leaving: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 async def carry_out(ex: Execution, kit: Toolkit) -> None:
@@ -331,7 +334,7 @@ async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_
         prepare_ms=prepare_ms,
     )
     try:
-        await _send_start(ex, kit, start, ended=False)
+        await _send_start(ex, kit, start, ended=None)
     except FleetqError as exc:
         # The lease is still ours until it expires, and the heartbeat will tell; the run
         # stays supervised. A transient failure is sent again until it lands; a restarted
@@ -346,15 +349,17 @@ async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_
         )
 
 
-async def _send_start(ex: Execution, kit: Toolkit, start: StartReport, *, ended: bool) -> None:
+async def _send_start(
+    ex: Execution, kit: Toolkit, start: StartReport, *, ended: asyncio.Event | None
+) -> None:
     """One start report. A stale lease stops a run that still runs (another holder has
-    the job); once the run has ended there is nothing to stop, and its end's own write
-    meets the same fence."""
+    the job); a run that has ended by the answer (`ended` set) has nothing to stop, and
+    its end's own write meets the same fence."""
     try:
         await leasing.report_start(kit.driver, runner=kit.runner, start=start)
     except StaleLease:
         metrics.STALE.labels("start", "zombie").inc()
-        if ended:
+        if ended is not None and ended.is_set():
             log.info(
                 "start of job=%d token=%d not recorded: the lease moved on before its run ended",
                 start.job_id,
@@ -373,24 +378,27 @@ async def _resend_start(
     ex: Execution, kit: Toolkit, start: StartReport, ended: asyncio.Event
 ) -> None:
     """Send a failed start report again, with backoff, until it lands, the lease turns
-    out stale, the database refuses it for good, the run is stopped or the runner stops.
-    When the run ends it is tried at once, and its end's write waits for it: that write
-    needs what the start needs (the database, `executions`), so waiting costs it nothing,
-    and a start sent after the outcome would be stale. Nothing here holds the job's row
-    while it waits (report_start waits on `executions` first), so renewals go on."""
+    out stale, the database refuses it for good, the run is stopped, or the runner must
+    stop at once (a graceful shutdown lets runs end and writes their outcomes, so their
+    starts too). When the run ends it is tried at once, and its end's write waits for
+    it: that write needs what the start needs (the database, `executions`), so waiting
+    costs it nothing, and a start sent after the outcome would be stale. Nothing here
+    holds the job's row while it waits (report_start takes its tables first), so
+    renewals go on."""
     backoff = Backoff()
     tried_after_end = False
     while True:
         if not ended.is_set():
-            await _first_of((ended, ex.stop, kit.stopping), backoff.next())
+            await _first_of((ended, ex.stop, kit.leaving), backoff.next())
         elif tried_after_end:
-            await _first_of((ex.stop, kit.stopping), backoff.next())
-        if ex.stop.is_set() or kit.stopping.is_set():
+            await _first_of((ex.stop, kit.leaving), backoff.next())
+        if ex.stop.is_set() or kit.leaving.is_set():
+            why = ex.stop_reason if ex.stop.is_set() else "the runner stops at once"
+            log.info("start of job=%d not recorded: %s", start.job_id, why)
             return
-        last = ended.is_set()
-        tried_after_end = tried_after_end or last
+        tried_after_end = tried_after_end or ended.is_set()
         try:
-            await _send_start(ex, kit, start, ended=last)
+            await _send_start(ex, kit, start, ended=ended)
             return
         except FleetqError as exc:
             if not transient(exc):

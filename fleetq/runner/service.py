@@ -200,6 +200,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             adopt=self.config.orphans == "adopt",
             job_user=self.job_user,
             stopping=self.shutdown_requested,
+            leaving=self.immediate_requested,
         )
         try:
             listener = await self._start_up()

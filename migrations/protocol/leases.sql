@@ -288,12 +288,14 @@ AS $function$
 DECLARE
     v_claimed_at timestamptz;
 BEGIN
-    -- The lock the execution's insert takes, taken before the job's row: a start report
-    -- that has to wait on `executions` (an index built on it without CONCURRENTLY, a
-    -- VACUUM FULL) waits holding nothing. It waited holding its job's row, which the
-    -- renewal skips (SKIP LOCKED), so a healthy run's lease went unrenewed for as long as
-    -- the report waited, up to lock_timeout, and could fence itself.
-    LOCK TABLE fleetq.executions IN ROW EXCLUSIVE MODE;
+    -- The locks the writes below take on their tables, taken before the job's row: a
+    -- start report that has to wait on `executions` (an index built on it without
+    -- CONCURRENTLY, a VACUUM FULL) waits holding no row. It waited holding its job's
+    -- row, which the renewal skips (SKIP LOCKED), so a healthy run's lease went
+    -- unrenewed for as long as the report waited, up to lock_timeout, and could fence
+    -- itself. `jobs` before `executions`, the order of every other writer of both and of
+    -- the migrations that alter both (0024): the other order deadlocked with them.
+    LOCK TABLE fleetq.jobs, fleetq.executions IN ROW EXCLUSIVE MODE;
     UPDATE fleetq.jobs
     SET state = 'running', started_at = clock_timestamp(), updated_at = clock_timestamp(),
         lease_expires_at = clock_timestamp() + fleetq.setting_seconds('lease_seconds')

@@ -507,3 +507,79 @@ def test_a_start_report_waiting_on_a_lock_does_not_fence_its_run(
         assert _one(conn, "SELECT lease_version FROM fleetq.jobs WHERE id = $1", job) == 1
         assert _execution(conn, job) == (True, 0, True)
     assert "self-fencing" not in runner.output()
+
+
+def test_a_run_that_ended_waiting_for_its_start_is_not_fenced(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    """The run's end waits for its start report to land; meanwhile its lease goes
+    unrenewed (an operator holds the job's row: every renewal answers busy). A finished
+    run has nothing to stop, so the self-fence must leave it: it is known to have ended
+    before the wait. Fenced, its outcome would give way to a hand-back, and a run that
+    succeeded would run again. (No reaper here: the lease may expire in the database
+    meanwhile, and the test is about the runner's own fence.)"""
+    marker = tmp_path / "ran"
+    config = tmp_path / "runner.toml"
+    config.write_text("reap_interval_s = 3600\n")
+    with (
+        connect(fleet_dsn, autocommit=True) as conn,
+        connect(fleet_dsn) as locker,
+        connect(fleet_dsn) as operator,
+    ):
+        conn.execute(b"UPDATE fleetq.settings SET value = '3' WHERE name = 'lease_seconds'")
+        conn.execute(
+            b"UPDATE fleetq.operations SET command = $1 WHERE name = 'sleep'", [f"touch {marker}"]
+        )
+        runner = start_runner(
+            dsn=_with_settings(fleet_dsn, lock_timeout="300"), extra=("--config", str(config))
+        )
+        locker.execute(b"LOCK TABLE fleetq.executions IN SHARE MODE")
+        job = _submit(conn, "sleep", repo.head)
+        wait_until(marker.exists, what="the command to run")
+        wait_until(
+            lambda: "start report failed again" in runner.output(),
+            what="the run's end to send its start again",
+        )
+        operator.execute(b"SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [job])
+        busy = runner.output().count("not renewed: another transaction holds its row")
+        # three renewals a second apart answered busy: the fence (2 s) is due
+        wait_until(
+            lambda: (
+                runner.output().count("not renewed: another transaction holds its row") >= busy + 3
+                or "self-fencing" in runner.output()
+            ),
+            what="renewals to meet the held row",
+        )
+        assert "self-fencing" not in runner.output()
+        operator.rollback()
+        locker.rollback()
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the job")
+        assert _one(conn, "SELECT lease_version FROM fleetq.jobs WHERE id = $1", job) == 1
+        assert _execution(conn, job) == (True, 0, True)
+    assert "self-fencing" not in runner.output()
+
+
+def test_a_graceful_shutdown_still_records_a_run_s_start(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    """A first SIGTERM lets running jobs end (within --grace) and writes their outcomes;
+    a start report being sent again must go on too, or the run ends on record with no
+    execution (the resend gave up at the first SIGTERM, and the outcome still landed)."""
+    go = tmp_path / "go"
+    with connect(fleet_dsn, autocommit=True) as conn, connect(fleet_dsn) as locker:
+        conn.execute(
+            b"UPDATE fleetq.operations SET command = $1 WHERE name = 'sleep'",
+            [f"sh -c 'until [ -e {go} ]; do sleep 0.05; done'"],
+        )
+        runner = start_runner(dsn=_with_settings(fleet_dsn, lock_timeout="300"))
+        locker.execute(b"LOCK TABLE fleetq.executions IN SHARE MODE")
+        job = _submit(conn, "sleep", repo.head)
+        wait_until(
+            lambda: "start report failed" in runner.output(), what="the start report to fail"
+        )
+        runner.signal(signal.SIGTERM)
+        wait_until(lambda: "shutting down" in runner.output(), what="the graceful shutdown")
+        locker.rollback()
+        go.touch()
+        wait_until(lambda: job_state(conn, job) == "succeeded", what="the job")
+        assert _execution(conn, job) == (True, 0, True), runner.output()

@@ -751,6 +751,51 @@ async def test_a_start_report_waiting_on_executions_leaves_its_job_renewable(
     assert (await readers.job(driver, claim.job_id)).state == JobState.RUNNING
 
 
+async def test_a_start_report_takes_jobs_before_executions_as_migrations_do(
+    driver: Driver, db_dsn: str
+) -> None:
+    """A transaction that locks `jobs` and then `executions` (as migration 0024's
+    ALTER TABLEs did) and a start report must not deadlock: the report takes its tables
+    in that order too. Taking `executions` first, it held it while waiting for `jobs`,
+    and the second lock closed the cycle."""
+    from fleetq.core.db import connect
+
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    start = _start(claim)
+    answers: list[object] = []
+
+    def report(conn: SyncConnection) -> None:
+        (row,) = conn.execute(
+            queries.sql("lease_report_start"),
+            [
+                runner,
+                start.job_id,
+                start.lease_version,
+                start.node,
+                start.run_id,
+                start.pid,
+                start.process_started_at,
+                None,
+            ],
+        ).fetchall()
+        conn.commit()
+        answers.append(row[0])
+
+    with connect(db_dsn) as migration, connect(db_dsn) as reporter:
+        migration.execute(b"LOCK TABLE fleetq.jobs IN SHARE MODE")
+        (pid,) = reporter.execute("SELECT pg_backend_pid()").fetchone() or ()
+        sent = threading.Thread(target=report, args=(reporter,))
+        sent.start()
+        wait_for(lambda: blocked_or_done(db_dsn, pid, sent), "the start report to wait")
+        migration.execute(b"LOCK TABLE fleetq.executions IN SHARE MODE")  # no deadlock
+        migration.commit()
+        sent.join(timeout=10)
+        assert not sent.is_alive()
+    assert answers == ["ok"]
+
+
 async def test_a_write_racing_the_runner_s_own_outcome_is_a_self_race(driver: Driver) -> None:
     """A heartbeat or a release that raced the runner's own committed outcome was counted
     as a stale rejection, like a zombie's (2 in a run with no fault at all)."""
