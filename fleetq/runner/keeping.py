@@ -187,14 +187,7 @@ class LeaseKeeping(RunnerBase):
                 continue
             token = FencingToken(row["lease_version"])
             if row["state"] == "cancelled":
-                await leasing.confirm_stop(
-                    self.driver,
-                    runner=self.runner,
-                    job_id=job,
-                    token=token,
-                    signal=None,
-                    reason="cancelled",
-                )
+                await self._stop_unrun(job, token, "cancelled")
                 continue
             with contextlib.suppress(StaleLease):
                 status = await leasing.report_lost(
@@ -220,14 +213,16 @@ class LeaseKeeping(RunnerBase):
             if row["held"] or key in here:
                 continue
             log.info("closing execution job=%d token=%d: nothing runs it here", *key)
-            await leasing.confirm_stop(
-                self.driver,
-                runner=self.runner,
-                job_id=key[0],
-                token=key[1],
-                signal=None,
-                reason="superseded",
-            )
+            await self._stop_unrun(*key, "superseded")
+
+    async def _stop_unrun(self, job: JobId, token: FencingToken, reason: str) -> None:
+        """Confirm the stop of a job nothing runs here. If the job was cancelled, its slot
+        and room are free once this commits, and no notification says so: the lanes look
+        now, or one full until this moment would wait for its next poll."""
+        await leasing.confirm_stop(
+            self.driver, runner=self.runner, job_id=job, token=token, signal=None, reason=reason
+        )
+        self._wake_all()
 
     async def _reap_once(self) -> None:
         result = await leasing.reap(self.driver)

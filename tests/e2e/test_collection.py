@@ -127,3 +127,42 @@ def test_a_claim_the_runner_never_heard_of_is_settled_before_expiry(
         wait_until(lambda: job_state(conn, job) == "succeeded", what="the stray to be settled")
         assert _counters(conn, job) == ("succeeded", 1, 0, 2, None)
         assert f"stray job={job}" in runner.output()
+
+
+def test_a_cancelled_claim_the_runner_never_heard_of_gives_its_room_back_at_once(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    """The strays pass confirms the stop of a cancelled job the runner holds but never ran
+    (closing the execution its cancel recorded), which frees that lane's slot; the lane
+    then claims what waits at once. The runner polls
+    only every 600 s here, so only a wake-up from the pass can take the next job in time
+    (red when the pass gives the room back silently)."""
+    from fleetq.cli.main import main
+
+    with connect(fleet_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE fleetq.settings SET value = '2' WHERE name = 'lease_seconds'")
+        runner = start_runner(extra=("--poll", "600", "--poll-max", "600"))
+        conn.execute("UPDATE fleetq.runners SET state = 'paused'")  # so it cannot claim it
+        stray = _submit(conn, "ping", repo.head)
+        conn.execute(
+            "UPDATE fleetq.jobs SET state = 'claimed', lease_owner = $1, reserved_on = $1, "
+            "lease_version = 1, claim_id = gen_random_uuid(), "
+            "claimed_at = clock_timestamp() - interval '1 minute', "
+            "lease_expires_at = clock_timestamp() + interval '1 hour' WHERE id = $2",
+            [runner.runner_id, stray],
+        )
+        conn.execute("UPDATE fleetq.runner_lanes SET slots_used = 1 WHERE lane = 'control'")
+        conn.execute("UPDATE fleetq.runners SET state = 'active'")
+        assert main(["--dsn", fleet_dsn, "cancel", str(stray)]) == 0
+        waiting = _submit(conn, "ping", repo.head)  # the lane's one slot is the stray's
+        wait_until(
+            lambda: (
+                _row(conn, "SELECT reserved_on FROM fleetq.jobs WHERE id = $1", stray) == (None,)
+            ),
+            what="the strays pass to confirm the cancelled job's stop",
+        )
+        wait_until(
+            lambda: job_state(conn, waiting) == "succeeded",
+            what="the freed slot to take the waiting job (a wake-up, not a poll)",
+            deadline_s=15,
+        )
