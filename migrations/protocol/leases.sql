@@ -715,7 +715,12 @@ BEGIN
         end_measured = CASE WHEN ended_at IS NULL THEN p_ended_ago_ms IS NOT NULL
                             ELSE end_measured END,
         signal = p_signal,
-        stop_reason = p_reason, stop_confirmed = true
+        -- a runner that found its lease gone without knowing why says superseded; a
+        -- cancel that ended this very lease is why
+        stop_reason = CASE WHEN p_reason = 'superseded' AND j.state = 'cancelled'
+                                AND j.lease_version = p_version THEN 'cancelled'
+                           ELSE p_reason END,
+        stop_confirmed = true
     WHERE job_id = p_job AND lease_version = p_version AND runner_id = p_runner;
     IF j.state = 'cancelled' AND j.reserved_on = p_runner AND j.lease_version = p_version THEN
         UPDATE fleetq.jobs SET reserved_on = NULL, updated_at = clock_timestamp() WHERE id = p_job;

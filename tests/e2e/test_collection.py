@@ -166,3 +166,5 @@ def test_a_cancelled_claim_the_runner_never_heard_of_gives_its_room_back_at_once
             what="the freed slot to take the waiting job (a wake-up, not a poll)",
             deadline_s=15,
         )
+        stop = _row(conn, "SELECT stop_reason FROM fleetq.executions WHERE job_id = $1", stray)
+        assert stop == ("cancelled",)  # what ended its lease, not just "moved on"

@@ -420,6 +420,47 @@ async def test_cancel_of_a_running_job_is_terminal_with_stop_pending(driver: Dri
     assert (await readers.job(driver, job_id)).state == JobState.CANCELLED
 
 
+async def test_a_stop_a_runner_calls_superseded_says_cancelled_when_a_cancel_ended_its_lease(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """A runner that finds its lease gone without knowing why (a stale answer, an open
+    execution nothing runs) confirms the stop as superseded; the database knows a cancel
+    ended that very lease, and the timeline says cancelled. A lease that moved to another
+    runner before the cancel stays superseded."""
+    a = await fleet.runner(driver)
+    b = await fleet.runner(driver, "r2")
+
+    def reason(claim: Claim) -> object:
+        row = sync_conn.execute(
+            "SELECT stop_reason FROM fleetq.executions WHERE job_id = $1 AND lease_version = $2",
+            [claim.job_id, claim.lease_version],
+        ).fetchone()
+        assert row is not None
+        return row[0]
+
+    cancelled = await _started(driver, a)
+    await producer.cancel(driver, job_id=cancelled.job_id, actor="ops", reason="not needed")
+    moved = await _started(driver, a)
+    sync_conn.execute(
+        "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s' "
+        "WHERE id = $1",
+        [moved.job_id],
+    )
+    await leasing.reap(driver)
+    assert (await _claim_one(driver, b)).job_id == moved.job_id
+    await producer.cancel(driver, job_id=moved.job_id, actor="ops", reason="not needed")
+    for claim in (cancelled, moved):
+        await leasing.confirm_stop(
+            driver,
+            runner=a,
+            job_id=claim.job_id,
+            token=claim.lease_version,
+            signal=None,
+            reason="superseded",
+        )
+    assert (reason(cancelled), reason(moved)) == ("cancelled", "superseded")
+
+
 async def test_priority_order_across_and_inside_classes(driver: Driver) -> None:
     runner = await fleet.runner(driver, lanes={"checks": 10})
     plain_1 = await _job(driver)
