@@ -702,6 +702,9 @@ CREATE OR REPLACE FUNCTION fleetq.confirm_stop_unchecked(p_runner text, p_job bi
 AS $function$
 DECLARE
     j fleetq.jobs%ROWTYPE;
+    v_cancel_ended_it boolean;
+    v_reason text;
+    v_recorded text;
 BEGIN
     SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
     IF NOT FOUND THEN
@@ -710,25 +713,35 @@ BEGIN
     IF j.lease_owner = p_runner AND j.lease_version = p_version THEN
         PERFORM fleetq.record_handler_runs(ARRAY[p_job]);  -- a stop under a live lease
     END IF;
+    -- A cancel ended this very lease: it keeps the lease's room reserved until this stop
+    -- (an expiry, a loss or a release gives the room back, and a claim raises the version).
+    v_cancel_ended_it := j.state = 'cancelled' AND j.reserved_on = p_runner
+                         AND j.lease_version = p_version;
+    -- A runner that finds its lease gone says cancelled or superseded from what it can
+    -- see (the job's state now); the database knows which ended the lease.
+    v_reason := CASE WHEN p_reason = 'superseded' AND v_cancel_ended_it THEN 'cancelled'
+                     WHEN p_reason = 'cancelled' AND j.lease_version <> p_version
+                         THEN 'superseded'
+                     ELSE p_reason END;
     UPDATE fleetq.executions
     SET ended_at = coalesce(ended_at, fleetq.measured_end(launched_at, p_ended_ago_ms)),
         end_measured = CASE WHEN ended_at IS NULL THEN p_ended_ago_ms IS NOT NULL
                             ELSE end_measured END,
         signal = p_signal,
-        -- a runner that found its lease gone without knowing why says superseded; a
-        -- cancel that ended this very lease is why
-        stop_reason = CASE WHEN p_reason = 'superseded' AND j.state = 'cancelled'
-                                AND j.lease_version = p_version THEN 'cancelled'
-                           ELSE p_reason END,
+        -- the first confirmation's reason stands: a retry whose first attempt committed
+        -- no longer sees the reservation the cancel kept
+        stop_reason = CASE WHEN stop_confirmed THEN stop_reason ELSE v_reason END,
         stop_confirmed = true
-    WHERE job_id = p_job AND lease_version = p_version AND runner_id = p_runner;
-    IF j.state = 'cancelled' AND j.reserved_on = p_runner AND j.lease_version = p_version THEN
+    WHERE job_id = p_job AND lease_version = p_version AND runner_id = p_runner
+    RETURNING stop_reason INTO v_recorded;
+    IF v_cancel_ended_it THEN
         UPDATE fleetq.jobs SET reserved_on = NULL, updated_at = clock_timestamp() WHERE id = p_job;
         PERFORM fleetq.give_back(ARRAY[p_runner], ARRAY[j.lane], ARRAY[j.memory_mb],
                                  ARRAY[j.cpu_millis]);
     END IF;
     PERFORM fleetq.log_events('stopped', ARRAY[p_job], p_runner, ARRAY[p_version], NULL,
-                              jsonb_build_object('reason', p_reason, 'signal', p_signal));
+                              jsonb_build_object('reason', coalesce(v_recorded, v_reason),
+                                                 'signal', p_signal));
     RETURN 'ok';
 END;
 $function$;

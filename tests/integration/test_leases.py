@@ -420,45 +420,74 @@ async def test_cancel_of_a_running_job_is_terminal_with_stop_pending(driver: Dri
     assert (await readers.job(driver, job_id)).state == JobState.CANCELLED
 
 
-async def test_a_stop_a_runner_calls_superseded_says_cancelled_when_a_cancel_ended_its_lease(
+async def test_a_stop_says_cancelled_only_when_a_cancel_ended_that_very_lease(
     driver: Driver, sync_conn: SyncConnection
 ) -> None:
-    """A runner that finds its lease gone without knowing why (a stale answer, an open
-    execution nothing runs) confirms the stop as superseded; the database knows a cancel
-    ended that very lease, and the timeline says cancelled. A lease that moved to another
-    runner before the cancel stays superseded."""
+    """A runner that finds its lease gone says cancelled or superseded from the job's state
+    as it sees it now; the database records which ended the lease. A cancel did when the
+    job was cancelled under that lease (its room still reserved); a lease that expired, or
+    moved to another runner, before a cancel was superseded. A retried confirmation keeps
+    the first one's reason, and the event says what the execution says."""
     a = await fleet.runner(driver)
     b = await fleet.runner(driver, "r2")
 
-    def reason(claim: Claim) -> object:
+    def recorded(claim: Claim) -> tuple[object, object]:
         row = sync_conn.execute(
-            "SELECT stop_reason FROM fleetq.executions WHERE job_id = $1 AND lease_version = $2",
+            "SELECT x.stop_reason, (SELECT e.detail->>'reason' FROM fleetq.events e "
+            "WHERE e.job_id = x.job_id AND e.kind = 'stopped' ORDER BY e.id DESC LIMIT 1) "
+            "FROM fleetq.executions x WHERE x.job_id = $1 AND x.lease_version = $2",
             [claim.job_id, claim.lease_version],
         ).fetchone()
         assert row is not None
-        return row[0]
+        return row[0], row[1]
 
-    cancelled = await _started(driver, a)
-    await producer.cancel(driver, job_id=cancelled.job_id, actor="ops", reason="not needed")
-    moved = await _started(driver, a)
-    sync_conn.execute(
-        "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s' "
-        "WHERE id = $1",
-        [moved.job_id],
-    )
-    await leasing.reap(driver)
-    assert (await _claim_one(driver, b)).job_id == moved.job_id
-    await producer.cancel(driver, job_id=moved.job_id, actor="ops", reason="not needed")
-    for claim in (cancelled, moved):
+    async def expire(claim: Claim) -> None:
+        sync_conn.execute(
+            "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s' "
+            "WHERE id = $1",
+            [claim.job_id],
+        )
+        await leasing.reap(driver)
+
+    async def cancel(claim: Claim) -> None:
+        await producer.cancel(driver, job_id=claim.job_id, actor="ops", reason="not needed")
+
+    async def confirm(claim: Claim, reason: str) -> None:
         await leasing.confirm_stop(
             driver,
             runner=a,
             job_id=claim.job_id,
             token=claim.lease_version,
             signal=None,
-            reason="superseded",
+            reason=reason,
         )
-    assert (reason(cancelled), reason(moved)) == ("cancelled", "superseded")
+
+    cancelled = await _started(driver, a)  # cancelled under a's lease
+    await cancel(cancelled)
+    moved, moved_too = await _started(driver, a), await _started(driver, a)
+    for claim in (moved, moved_too):  # expired, claimed by b, then cancelled
+        await expire(claim)
+    assert {c.job_id for c in await leasing.claim(driver, runner=b, lane="checks", limit=2)} == {
+        moved.job_id,
+        moved_too.job_id,
+    }
+    await cancel(moved)
+    await cancel(moved_too)
+    expired = await _started(driver, a)  # expired, then cancelled while queued
+    await expire(expired)
+    await cancel(expired)
+
+    await confirm(cancelled, "superseded")
+    await confirm(cancelled, "superseded")  # a retry: the reservation is gone by now
+    await confirm(moved, "superseded")
+    await confirm(moved_too, "cancelled")  # the runner read the job's state: cancelled
+    await confirm(expired, "superseded")
+    assert [recorded(c) for c in (cancelled, moved, moved_too, expired)] == [
+        ("cancelled", "cancelled"),
+        ("superseded", "superseded"),
+        ("superseded", "superseded"),
+        ("superseded", "superseded"),
+    ]
 
 
 async def test_priority_order_across_and_inside_classes(driver: Driver) -> None:
