@@ -27,6 +27,23 @@ def _counters(conn: SyncConnection, job: int) -> tuple[object, ...]:
     )
 
 
+def _claim_it_never_heard_of(conn: SyncConnection, runner: RunnerProcess, repo: Repo) -> int:
+    """A control job the database says `runner` claimed a minute ago (its reply lost for
+    good), holding the lane's one slot, while the runner runs nothing for it."""
+    conn.execute("UPDATE fleetq.runners SET state = 'paused'")  # so it cannot claim it
+    job = _submit(conn, "ping", repo.head)
+    conn.execute(
+        "UPDATE fleetq.jobs SET state = 'claimed', lease_owner = $1, reserved_on = $1, "
+        "lease_version = 1, claim_id = gen_random_uuid(), "
+        "claimed_at = clock_timestamp() - interval '1 minute', "
+        "lease_expires_at = clock_timestamp() + interval '1 hour' WHERE id = $2",
+        [runner.runner_id, job],
+    )
+    conn.execute("UPDATE fleetq.runner_lanes SET slots_used = 1 WHERE lane = 'control'")
+    conn.execute("UPDATE fleetq.runners SET state = 'active'")
+    return job
+
+
 def test_killed_twice_while_holding_a_job_fails_it_as_lost(
     fleet_dsn: str, repo: Repo, start_runner: StartRunner
 ) -> None:
@@ -113,17 +130,7 @@ def test_a_claim_the_runner_never_heard_of_is_settled_before_expiry(
     with connect(fleet_dsn, autocommit=True) as conn:
         conn.execute("UPDATE fleetq.settings SET value = '2' WHERE name = 'lease_seconds'")
         runner = start_runner()
-        conn.execute("UPDATE fleetq.runners SET state = 'paused'")  # so it cannot claim it
-        job = _submit(conn, "ping", repo.head)
-        conn.execute(
-            "UPDATE fleetq.jobs SET state = 'claimed', lease_owner = $1, reserved_on = $1, "
-            "lease_version = 1, claim_id = gen_random_uuid(), "
-            "claimed_at = clock_timestamp() - interval '1 minute', "
-            "lease_expires_at = clock_timestamp() + interval '1 hour' WHERE id = $2",
-            [runner.runner_id, job],
-        )
-        conn.execute("UPDATE fleetq.runner_lanes SET slots_used = 1 WHERE lane = 'control'")
-        conn.execute("UPDATE fleetq.runners SET state = 'active'")
+        job = _claim_it_never_heard_of(conn, runner, repo)
         wait_until(lambda: job_state(conn, job) == "succeeded", what="the stray to be settled")
         assert _counters(conn, job) == ("succeeded", 1, 0, 2, None)
         assert f"stray job={job}" in runner.output()
@@ -142,17 +149,7 @@ def test_a_cancelled_claim_the_runner_never_heard_of_gives_its_room_back_at_once
     with connect(fleet_dsn, autocommit=True) as conn:
         conn.execute("UPDATE fleetq.settings SET value = '2' WHERE name = 'lease_seconds'")
         runner = start_runner(extra=("--poll", "600", "--poll-max", "600"))
-        conn.execute("UPDATE fleetq.runners SET state = 'paused'")  # so it cannot claim it
-        stray = _submit(conn, "ping", repo.head)
-        conn.execute(
-            "UPDATE fleetq.jobs SET state = 'claimed', lease_owner = $1, reserved_on = $1, "
-            "lease_version = 1, claim_id = gen_random_uuid(), "
-            "claimed_at = clock_timestamp() - interval '1 minute', "
-            "lease_expires_at = clock_timestamp() + interval '1 hour' WHERE id = $2",
-            [runner.runner_id, stray],
-        )
-        conn.execute("UPDATE fleetq.runner_lanes SET slots_used = 1 WHERE lane = 'control'")
-        conn.execute("UPDATE fleetq.runners SET state = 'active'")
+        stray = _claim_it_never_heard_of(conn, runner, repo)
         assert main(["--dsn", fleet_dsn, "cancel", str(stray)]) == 0
         waiting = _submit(conn, "ping", repo.head)  # the lane's one slot is the stray's
         wait_until(

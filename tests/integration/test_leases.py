@@ -441,14 +441,6 @@ async def test_a_stop_says_cancelled_only_when_a_cancel_ended_that_very_lease(
         assert row is not None
         return row[0], row[1]
 
-    async def expire(claim: Claim) -> None:
-        sync_conn.execute(
-            "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s' "
-            "WHERE id = $1",
-            [claim.job_id],
-        )
-        await leasing.reap(driver)
-
     async def cancel(claim: Claim) -> None:
         await producer.cancel(driver, job_id=claim.job_id, actor="ops", reason="not needed")
 
@@ -466,7 +458,7 @@ async def test_a_stop_says_cancelled_only_when_a_cancel_ended_that_very_lease(
     await cancel(cancelled)
     moved, moved_too = await _started(driver, a), await _started(driver, a)
     for claim in (moved, moved_too):  # expired, claimed by b, then cancelled
-        await expire(claim)
+        await _expire(driver, sync_conn, claim)
     assert {c.job_id for c in await leasing.claim(driver, runner=b, lane="checks", limit=2)} == {
         moved.job_id,
         moved_too.job_id,
@@ -474,7 +466,7 @@ async def test_a_stop_says_cancelled_only_when_a_cancel_ended_that_very_lease(
     await cancel(moved)
     await cancel(moved_too)
     expired = await _started(driver, a)  # expired, then cancelled while queued
-    await expire(expired)
+    await _expire(driver, sync_conn, expired)
     await cancel(expired)
 
     await confirm(cancelled, "superseded")
@@ -898,6 +890,16 @@ def _end(sync_conn: SyncConnection, claim: Claim) -> tuple[float, bool]:
     return float(row[0]), bool(row[1])
 
 
+async def _expire(driver: Driver, sync_conn: SyncConnection, claim: Claim) -> None:
+    """End the claim's lease by expiry: the reaper requeues the job (same version)."""
+    sync_conn.execute(
+        "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s' "
+        "WHERE id = $1",
+        [claim.job_id],
+    )
+    await leasing.reap(driver)
+
+
 async def _started(driver: Driver, runner: RunnerId) -> Claim:
     await _job(driver)
     claim = await _claim_one(driver, runner)
@@ -977,12 +979,7 @@ async def test_a_stale_outcome_closes_the_zombie_s_own_execution(
     sync_conn.execute(
         "UPDATE fleetq.executions SET launched_at = clock_timestamp() - interval '1 minute'"
     )
-    sync_conn.execute(
-        "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s' "
-        "WHERE id = $1",
-        [old.job_id],
-    )
-    await leasing.reap(driver)
+    await _expire(driver, sync_conn, old)
     new = await _claim_one(driver, b)
     assert new.lease_version == old.lease_version + 1
     late = _outcome(old).model_copy(update={"ended_monotonic": time.monotonic() - 2})
