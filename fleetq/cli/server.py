@@ -28,7 +28,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     start.add_argument(
         "--listen",
         metavar="HOST:PORT",
-        help="also accept TCP connections (password auth) so runners on other nodes can join",
+        help="also accept TCP connections, over TLS only (a self-signed certificate made "
+        "once in the data directory; password auth), so runners on other nodes can join",
     )
     start.add_argument("--json", action="store_true", help="machine-readable output")
     _add_show_password(start)
@@ -89,4 +90,11 @@ def _show(status: ServerStatus, as_json: bool) -> None:
         print(
             f"listen:   {status.listen}  (password in {status.home / 'password'}; "
             "--show-password prints it; remote runners: fleetq roles add-runner)"
+        )
+    if status.certificate:
+        print(f"tls:      {status.certificate} (self-signed unless replaced)")
+        print(f"          SHA-256 {status.fingerprint}")
+        print(
+            "          to verify the server, copy the certificate to the client, check its "
+            "fingerprint, and use sslmode=verify-full&sslrootcert=<the copy> in the DSN"
         )

@@ -13,8 +13,13 @@ Invariants:
 - `postmaster.pid` is trusted only when its pid is a live `postgres` process; otherwise
   it is stale (the machine rebooted, the server was kill -9'd) and is removed.
 - By default the server listens on a private Unix socket only, with trust auth for local
-  connections. `--listen HOST:PORT` adds TCP with password (scram) auth; the password is
-  generated at init and kept in `HOME/password` (mode 0600).
+  connections. `--listen HOST:PORT` adds TCP, over TLS only (`ssl=on`, `hostssl` lines
+  and no plain `host` line in pg_hba, so a client without TLS is refused), with password
+  (scram) auth; the password is generated at init and kept in `HOME/password` (mode
+  0600). The certificate is self-signed, made at the first --listen start in the data
+  directory (`server.crt`, `server.key` 0600, the server user's), and kept: an operator
+  may put a real one in its place. pg_hba's TCP lines are rewritten at every --listen
+  start, which also upgrades a data directory made before TLS.
 - PostgreSQL refuses to run as root; as root, the server runs as the system user
   `fleetq-pg` (created on first use) and its directories belong to that user. When
   `fleetq-pg` cannot run the wheel's programs where they are installed (a checkout under
@@ -26,12 +31,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import ipaddress
 import logging
 import os
 import pwd
+import re
 import secrets
 import shlex
 import shutil
+import socket
+import ssl
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -68,6 +77,8 @@ class ServerStatus(BaseModel):
     listen: str | None = None
     dsn: str | None = None
     tcp_dsn: str | None = None
+    certificate: Path | None = None  # the TLS certificate TCP clients are served
+    fingerprint: str | None = None  # its SHA-256, as `openssl x509 -fingerprint -sha256`
     version: str
 
 
@@ -114,6 +125,7 @@ class EmbeddedServer:
         if pid_info is None:
             return ServerStatus(home=self.home, running=False, version=self.version())
         pid, port, socket_dir, listen = pid_info
+        fingerprint = self.certificate_fingerprint() if listen else None
         return ServerStatus(
             home=self.home,
             running=True,
@@ -123,6 +135,8 @@ class EmbeddedServer:
             listen=f"{listen}:{port}" if listen else None,
             dsn=socket_dsn(socket_dir, port),
             tcp_dsn=self._tcp_dsn(listen, port) if listen else None,
+            certificate=self.certificate_file if fingerprint else None,
+            fingerprint=fingerprint,
             version=self.version(),
         )
 
@@ -142,6 +156,12 @@ class EmbeddedServer:
                         f"{current.listen or 'unix socket only'}); run `fleetq server stop` "
                         f"first to restart it with --listen {listen}"
                     )
+                if listen and current.fingerprint is None:
+                    raise EmbeddedServerError(
+                        f"the embedded server listens on {listen} without TLS (it was "
+                        "started before fleetq served TCP over TLS only); run `fleetq server "
+                        f"stop`, then `fleetq server start --listen {listen}`"
+                    )
                 assert current.dsn is not None
                 self._ensure_database(current.dsn)  # e.g. someone dropped it meanwhile
                 return current
@@ -149,6 +169,8 @@ class EmbeddedServer:
                 runnable = self._runnable()
                 prune_copies(self.home, keep=runnable if runnable != self.bundle else None)
             self._init_if_needed()
+            if listen:
+                self._prepare_tls(parse_listen(listen)[0])
             self._start(listen)
             status = self.status()
             if not status.running or status.dsn is None:
@@ -175,6 +197,23 @@ class EmbeddedServer:
             check=True,
         )
         return out.stdout.strip().rsplit(" ", 1)[-1]
+
+    @property
+    def certificate_file(self) -> Path:
+        """The certificate TCP clients are served (PostgreSQL's default name in pgdata)."""
+        return self.pgdata / "server.crt"
+
+    @property
+    def key_file(self) -> Path:
+        return self.pgdata / "server.key"
+
+    def certificate_fingerprint(self) -> str | None:
+        """The certificate's SHA-256 (colon-separated hex), None when there is none
+        (or it is unreadable here): what a client compares before trusting a copy."""
+        try:
+            return fingerprint(self.certificate_file.read_text())
+        except (OSError, ValueError):
+            return None
 
     # -- internals ---------------------------------------------------------------------
 
@@ -266,9 +305,62 @@ class EmbeddedServer:
             )
         finally:
             pwfile.unlink(missing_ok=True)
-        with open(self.pgdata / "pg_hba.conf", "a") as hba:
-            hba.write("\n# fleetq: TCP clients (--listen) authenticate with HOME/password\n")
-            hba.write("host all all 0.0.0.0/0 scram-sha-256\nhost all all ::/0 scram-sha-256\n")
+
+    def _prepare_tls(self, host: str) -> None:
+        """Before a --listen start: refuse a PostgreSQL built without TLS, make the
+        certificate if there is none, and leave pg_hba with TLS-only TCP lines (also
+        the upgrade of a data directory made before TLS, whose lines were plain `host`)."""
+        if not builds_with_tls(self.bundle.bin):
+            raise EmbeddedServerError(
+                f"--listen serves TCP over TLS only, and the PostgreSQL in {self.bundle.bin} "
+                "was built without TLS support: it would send passwords and data in clear. "
+                "For runners on other nodes, run a PostgreSQL with TLS and give every "
+                "fleetq process its DSN (--dsn / FLEETQ_DSN)"
+            )
+        if not (self.certificate_file.exists() and self.key_file.exists()):
+            self._make_certificate(host)
+        hba = self.pgdata / "pg_hba.conf"
+        before = hba.read_text()
+        after = tls_only_hba(before)
+        if after != before:
+            self._write_server_file(hba, after)
+
+    def _make_certificate(self, host: str) -> None:
+        """A self-signed certificate (its own root) naming what clients dial."""
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            raise EmbeddedServerError(
+                "--listen serves TLS and needs a certificate: install the `openssl` command, "
+                f"or put a certificate and its key in {self.certificate_file} and "
+                f"{self.key_file} (mode 0600)"
+            )
+        names = certificate_names(host)
+        key, crt = self.pgdata / "server.key.new", self.pgdata / "server.crt.new"
+        argv = [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt"]
+        argv += ["ec_paramgen_curve:prime256v1", "-nodes", "-sha256", "-days", "3650"]
+        argv += ["-subj", f"/CN={names[0]}", "-addext", "subjectAltName=" + _san(names)]
+        argv += ["-keyout", str(key), "-out", str(crt)]
+        try:
+            subprocess.run(argv, check=True, capture_output=True, text=True, cwd=self.home)
+        except subprocess.CalledProcessError as exc:
+            raise EmbeddedServerError(
+                f"openssl could not make the server's certificate: {exc.stderr.strip()}"
+            ) from exc
+        for made in (key, crt):
+            made.chmod(0o600 if made == key else 0o644)
+            self._give_to_server(made)
+        # the key first: a certificate in place means its key is there too
+        key.replace(self.key_file)
+        crt.replace(self.certificate_file)
+        log.info("made a self-signed certificate for %s in %s", ", ".join(names), self.pgdata)
+
+    def _write_server_file(self, path: Path, text: str) -> None:
+        """Replace a file of the data directory whole, owned by the server user."""
+        new = path.with_name(path.name + ".new")
+        new.write_text(text)
+        new.chmod(0o600)
+        self._give_to_server(new)
+        new.replace(path)
 
     def _start(self, listen: str | None) -> None:
         host, port = parse_listen(listen) if listen else ("", SOCKET_PORT)
@@ -279,6 +371,8 @@ class EmbeddedServer:
             f"-p {port}",
             f"-k {shlex.quote(str(socket_dir))}",
         ]
+        if listen:
+            options.append("-c ssl=on")  # the certificate and pg_hba: `_prepare_tls`
         options += [
             f"-c {shlex.quote(f'{name}={value}')}" for name, value in sorted(self.settings.items())
         ]
@@ -392,8 +486,8 @@ class EmbeddedServer:
         line. Remote runners should get logins of their own (`fleetq roles add-runner`)
         rather than this superuser's."""
         shown = "localhost" if host in ("*", "0.0.0.0", "::") else host  # noqa: S104
-        query = f"?passfile={quote(str(self.pgpass_file))}" if self._write_pgpass() else ""
-        return f"postgresql://{SUPERUSER}@{shown}:{port}/{DATABASE}{query}"
+        query = f"passfile={quote(str(self.pgpass_file))}&" if self._write_pgpass() else ""
+        return f"postgresql://{SUPERUSER}@{shown}:{port}/{DATABASE}?{query}sslmode=require"
 
     def tcp_dsn_with_password(self) -> str | None:
         """The TCP DSN with the superuser's password in it (`--show-password` only)."""
@@ -407,7 +501,7 @@ class EmbeddedServer:
         host = status.listen.rpartition(":")[0]
         shown = "localhost" if host in ("*", "0.0.0.0", "::") else host  # noqa: S104
         auth = f"{SUPERUSER}:{quote(password, safe='')}"
-        return f"postgresql://{auth}@{shown}:{status.port}/{DATABASE}"
+        return f"postgresql://{auth}@{shown}:{status.port}/{DATABASE}?sslmode=require"
 
     @property
     def pgpass_file(self) -> Path:
@@ -442,6 +536,85 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise EmbeddedServerError(f"--listen wants HOST:PORT (e.g. 0.0.0.0:6543), got {value!r}")
     return host, int(port)
+
+
+_WILDCARDS = ("*", "0.0.0.0", "::", "")  # noqa: S104 - listen_addresses' "every address"
+_DNS_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")  # no "," "/" "="
+
+
+def tls_only_hba(text: str) -> str:
+    """pg_hba.conf with TCP over TLS only: every `host` and `hostnossl` line removed
+    (fleetq's own of old, initdb's loopback ones, any other), then fleetq's `hostssl`
+    lines at the end. Idempotent: the result maps to itself."""
+    ours = {tuple(line.split()) for line in _FLEETQ_HBA if not line.startswith("#")}
+    kept = []
+    for line in text.splitlines():
+        fields = tuple(line.split())
+        if fields[:1] in (("host",), ("hostnossl",)) or fields in ours:
+            continue
+        if line.startswith("# fleetq:"):
+            continue
+        kept.append(line)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    return "\n".join([*kept, "", *_FLEETQ_HBA]) + "\n"
+
+
+_FLEETQ_HBA = (
+    "# fleetq: TCP clients (--listen) must use TLS and authenticate with HOME/password",
+    "hostssl all all 0.0.0.0/0 scram-sha-256",
+    "hostssl all all ::/0 scram-sha-256",
+)
+
+
+def certificate_names(host: str) -> list[str]:
+    """What the certificate names, the first as its subject: the listen host (each of a
+    comma-separated list), or for a wildcard this machine's names; always the loopback
+    names too, so `localhost` (the host a wildcard's DSN shows) verifies."""
+    names: list[str] = []
+    for part in (p.strip() for p in host.split(",")):
+        if part in _WILDCARDS:
+            names += [socket.gethostname(), socket.getfqdn()]
+        else:
+            names.append(part)
+    names += ["localhost", "127.0.0.1", "::1"]
+    fit = [n for n in names if _is_ip(n) or _DNS_NAME.match(n)]
+    return list(dict.fromkeys(fit))
+
+
+def _san(names: list[str]) -> str:
+    return ",".join(f"IP:{n}" if _is_ip(n) else f"DNS:{n}" for n in names)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def fingerprint(pem: str) -> str:
+    """The SHA-256 of a PEM certificate's DER form, as `AB:CD:…`."""
+    digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest().upper()
+    return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
+
+
+def builds_with_tls(programs: Path) -> bool:
+    """Whether the `postgres` in `programs` was built with TLS: a build without it
+    describes `ssl_ciphers` with the default `none` (one with OpenSSL, a cipher list)."""
+    out = subprocess.run(
+        [str(programs / "postgres"), "--describe-config"],
+        capture_output=True,
+        text=True,
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+    for line in out.stdout.splitlines():
+        fields = line.split("\t")
+        if fields[0] == "ssl_ciphers" and len(fields) > 4:
+            return fields[4] != "none"
+    return False
 
 
 def _runs_as_server(programs: Path) -> str | None:

