@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import functools
 import time
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
@@ -142,7 +143,8 @@ class Control(RunnerBase):
         if not chosen or chosen == self.runner:
             wake.set()
             if chosen and self._running_in(lane) >= self.config.lanes[lane]:
-                self._spawn(leasing.announce_lane(self.driver, lane))
+                announce = functools.partial(leasing.announce_lane, self.driver, lane)
+                self._coalesced(f"announce {lane}", announce)
         elif lane not in self._lookouts:
             self._lookouts[lane] = asyncio.get_running_loop().call_later(
                 min(self.config.poll_interval_s, LOOKOUT_S), self._look, lane
@@ -160,11 +162,58 @@ class Control(RunnerBase):
         return self._pending_looks
 
     def _on_control(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        """`runner:ID` and `job:N` are hints that any login can send (NOTIFY takes no
+        privilege): each only makes this runner re-read the database, its state or the
+        job's lease, and an execution stops only when the database says its lease moved
+        or its job was cancelled. A burst costs one read at a time, not one per notice."""
         kind, _, ident = str(payload).partition(":")
         if kind == "runner" and ident == self.runner:
-            self._spawn(self._follow_state())
+            self._coalesced("state", self._follow_state)
         elif kind == "job" and ident.isdigit() and JobId(int(ident)) in self.executions:
-            self._spawn(self._stop_lost([JobId(int(ident))]))
+            self._jobs_to_check.add(JobId(int(ident)))
+            self._coalesced("jobs", self._check_jobs)
+
+    async def _check_jobs(self) -> None:
+        jobs, self._jobs_to_check = sorted(self._jobs_to_check), set()
+        if jobs:
+            await self._stop_lost(jobs)
+
+    def _coalesced(self, key: str, action: Callable[[], Awaitable[None]]) -> None:
+        """Run `action` now, or, if it is running, once more after it (what it read may
+        predate the news): never two at once, however many notifications ask."""
+        if key in self._in_flight:
+            self._in_flight[key] = True
+            return
+        self._in_flight[key] = False
+        self._spawn(self._run_coalesced(key, action))
+
+    async def _run_coalesced(self, key: str, action: Callable[[], Awaitable[None]]) -> None:
+        try:
+            again = True
+            while again:
+                self._in_flight[key] = False
+                await action()
+                again = self._in_flight[key]
+        finally:
+            del self._in_flight[key]
+
+    @property
+    def _in_flight(self) -> dict[str, bool]:
+        """Per coalesced action running now, whether it was asked for again meanwhile."""
+        if not hasattr(self, "_coalescing"):
+            self._coalescing: dict[str, bool] = {}
+        return self._coalescing
+
+    @property
+    def _jobs_to_check(self) -> set[JobId]:
+        """Jobs named by `job:N` hints and not yet re-read."""
+        if not hasattr(self, "_hinted_jobs"):
+            self._hinted_jobs: set[JobId] = set()
+        return self._hinted_jobs
+
+    @_jobs_to_check.setter
+    def _jobs_to_check(self, jobs: set[JobId]) -> None:
+        self._hinted_jobs = jobs
 
 
 def _set_event(event: asyncio.Event, _conn: object) -> None:
