@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import psutil
 from pydantic import (
@@ -62,14 +62,46 @@ class RunnerConfig(BaseModel):
     # kill: job processes die with the runner; adopt: they outlive it, and a restarted
     # runner adopts them (see docs/recovery.md)
     orphans: Literal["kill", "adopt"] = "kill"
-    # run command jobs as this user (the runner must be root), not as the runner's uid
+    # run each command job as its own uid of FIRST-LAST (the runner must be root), not
+    # as the runner's uid; job_user USER is a range of one (USER's uid)
+    job_uid_range: (
+        Annotated[str, StringConstraints(pattern=r"^[0-9]{1,10}-[0-9]{1,10}$")] | None
+    ) = None
     job_user: str | None = None
 
     @model_validator(mode="after")
-    def _job_user_kills_orphans(self) -> RunnerConfig:
-        if self.job_user is not None and self.orphans == "adopt":
-            raise ValueError("job_user works with orphans = kill only (for now)")
+    def _job_users_fit(self) -> RunnerConfig:
+        if self.job_user is not None and self.job_uid_range is not None:
+            raise ValueError("give job_user or job_uid_range, not both")
+        if (self.job_user or self.job_uid_range) and self.orphans == "adopt":
+            raise ValueError("job users work with orphans = kill only (for now)")
+        if self.job_user is not None:
+            self._cover_slots(f"job_user {self.job_user} is one uid", 1)
+        elif (uids := self.job_uids) is not None:
+            if not uids:
+                raise ValueError(f"job_uid_range {self.job_uid_range} is empty (FIRST <= LAST)")
+            self._cover_slots(
+                f"job_uid_range {self.job_uid_range} holds {len(uids)} uid(s)", len(uids)
+            )
         return self
+
+    def _cover_slots(self, what: str, uids: int) -> None:
+        """A job running at once needs a uid of its own: refuse fewer uids than slots."""
+        slots = sum(self.lanes.values())
+        if uids < slots:
+            lanes = ", ".join(f"{lane}={n}" for lane, n in self.lanes.items())
+            raise ValueError(
+                f"{what} for {slots} slot(s) ({lanes}): each job running at once needs a "
+                f"uid of its own; give job_uid_range at least {slots} uids"
+            )
+
+    @property
+    def job_uids(self) -> range | None:
+        """`job_uid_range` as the uids it holds (FIRST to LAST, both included)."""
+        if self.job_uid_range is None:
+            return None
+        first, _, last = self.job_uid_range.partition("-")
+        return range(int(first), int(last) + 1)
 
     @property
     def runner_id(self) -> str:
@@ -106,5 +138,13 @@ def load(overrides: dict[str, object], config_file: Path | None) -> RunnerConfig
         return RunnerConfig.model_validate(values)
     except ValidationError as exc:
         where = str(config_file) if config_file else "runner options"
-        problems = [f"{where}: {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        problems = [f"{where}: {_problem(e['loc'], e['msg'], e.get('ctx'))}" for e in exc.errors()]
         raise ConfigError("\n".join(problems)) from None
+
+
+def _problem(loc: tuple[int | str, ...], msg: str, ctx: dict[str, Any] | None) -> str:
+    """One validation error as `field: message` (a check of several fields names none,
+    and says its own message, not pydantic's "Value error, ..." around it)."""
+    if ctx and isinstance(ctx.get("error"), ValueError):
+        msg = str(ctx["error"])
+    return f"{'.'.join(map(str, loc))}: {msg}" if loc else msg

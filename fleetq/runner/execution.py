@@ -14,6 +14,7 @@ import importlib
 import inspect
 import logging
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -27,9 +28,9 @@ from fleetq.core import leasing
 from fleetq.core.driver import Driver
 from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, StartReport
-from fleetq.runner import executor, metrics, orphans, tracing
+from fleetq.runner import executor, handover, metrics, orphans, tracing
 from fleetq.runner.context import JobContext
-from fleetq.runner.jobuser import JobUser
+from fleetq.runner.jobuser import JobUser, JobUsers
 from fleetq.runner.journal import Journal
 from fleetq.runner.loops import Backoff, persist, transient, wait_or
 from fleetq.runner.output import Shipper
@@ -154,7 +155,7 @@ class Toolkit:
     operation: Callable[[str, str], Awaitable[Operation | None]]
     journal: Journal
     adopt: bool = False  # --orphans adopt: commands run wrapped and outlive the runner
-    job_user: JobUser | None = None  # --job-user: commands run as this user
+    job_users: JobUsers | None = None  # --job-uid-range: commands run as these uids
     # set when the runner shuts down: writes that retry until they land give up then
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     # set when it must stop at once (a second SIGTERM): writes that a graceful shutdown
@@ -182,8 +183,48 @@ async def _carry_out(ex: Execution, kit: Toolkit, trace: tracing.JobTrace) -> No
             finished = await _run_handler(ex, kit, op)
         await _record(ex, kit, finished)
         return
-    t0 = time.monotonic()
+    await _carry_out_command(ex, kit, op, trace)
+
+
+async def _carry_out_command(
+    ex: Execution, kit: Toolkit, op: Operation, trace: tracing.JobTrace
+) -> None:
+    """A command job, under a uid of its own when the runner has job users: leased
+    before its tree is staged, returned once nothing of it is left."""
+    claim = ex.claim
     name = run_name(claim.job_id, claim.lease_version, ex.run_id)
+    if kit.job_users is None:
+        await _run_command(ex, kit, op, trace, name, None)
+        return
+    user = await kit.job_users.lease(ex.stop)
+    if user is None:
+        log.info(
+            "not launching job=%d token=%d: stop requested while waiting for a job uid (%s)",
+            claim.job_id,
+            claim.lease_version,
+            ex.stop_reason,
+        )
+        return
+    try:
+        await _run_command(ex, kit, op, trace, name, user)
+    finally:
+        # whatever ended the run (its end, a timeout, a stop, an error here): nothing of
+        # it runs on under the uid the next job gets, nor can that job enter its tree
+        await kit.job_users.give_back(user)
+        await asyncio.to_thread(_reclaim, kit, kit.staging.trees / name)
+
+
+async def _run_command(
+    ex: Execution,
+    kit: Toolkit,
+    op: Operation,
+    trace: tracing.JobTrace,
+    name: str,
+    user: JobUser | None,
+) -> None:
+    """Stage, launch (as `user` when given), follow and record one command job."""
+    claim = ex.claim
+    t0 = time.monotonic()
     try:
         with trace.step("stage"):
             tree = await kit.staging.stage(
@@ -192,8 +233,9 @@ async def _carry_out(ex: Execution, kit: Toolkit, trace: tracing.JobTrace) -> No
     except StagingFailed as exc:
         await _record(ex, kit, executor.Finished(Outcome.REFUSED, reason=str(exc)))
         return
-    if kit.job_user is not None:
-        await asyncio.to_thread(kit.job_user.give, tree)
+    env = _job_env(ex, kit)
+    if user is not None:
+        env |= user.environment(await asyncio.to_thread(_give, kit, tree, user))
     prepare_ms = int((time.monotonic() - t0) * 1000)
     if ex.stop.is_set():
         # cancelled, superseded or self-fenced while its tree was being staged: nothing
@@ -216,16 +258,14 @@ async def _carry_out(ex: Execution, kit: Toolkit, trace: tracing.JobTrace) -> No
             finished = await executor.run_command(
                 op.command or "",
                 cwd=tree,
-                env=executor.job_environment(
-                    {**_job_env(ex, kit), **(kit.job_user.environment() if kit.job_user else {})}
-                ),
+                env=executor.job_environment(env),
                 timeout_s=op.timeout_s,
                 log_path=log_path,
                 on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms),
                 stop=ex.stop,
                 status_file=status_file,
                 stop_grace_s=lambda: ex.stop_grace_s,
-                user=kit.job_user,
+                user=user,
                 limits=op.limits,
             )
     finally:
@@ -243,6 +283,25 @@ async def _carry_out(ex: Execution, kit: Toolkit, trace: tracing.JobTrace) -> No
         kit.journal.ended(claim.job_id, claim.lease_version)
     if finished.outcome == Outcome.SUCCEEDED or not kit.keep_failed:
         kit.staging.discard(tree)
+
+
+def _give(kit: Toolkit, tree: Path, user: JobUser) -> Path:
+    """Hand a staged tree to its job's uid, with a fresh private home beside it (the
+    job's HOME and TMPDIR); returns the home."""
+    home = kit.staging.home_of(tree)
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(mode=0o700)
+    handover.hand_over(home, user.uid, user.gid)
+    handover.hand_over(tree, user.uid, user.gid)
+    return home
+
+
+def _reclaim(kit: Toolkit, tree: Path) -> None:
+    """After its uid is returned: the job's home goes, and a tree kept (a failed run
+    under --keep-failed, or one an error left) is the runner's again, closed."""
+    shutil.rmtree(kit.staging.home_of(tree), ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        handover.take_back(tree)
 
 
 async def _run_handler(ex: Execution, kit: Toolkit, op: Operation) -> executor.Finished:

@@ -36,6 +36,7 @@ from fleetq.core.errors import ConnectionFailed, DatabaseBusy, StaleLease
 from fleetq.core.models import Outcome
 from fleetq.runner import orphans
 from fleetq.runner.jobuser import JobUser
+from fleetq.runner.private import open_private
 
 TAIL_BYTES = 4096
 STOP_GRACE_S = 5.0
@@ -147,7 +148,9 @@ async def run_command(
         argv = [sys.executable, "-m", "fleetq.runner.wrap", str(status_file), "--", *argv]
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as log:  # noqa: ASYNC230 - a local file, opened once
+    # 0600: a job under another uid writes it through the descriptor it inherits, and
+    # no other job may read it (issue 41)
+    with open(open_private(log_path), "wb") as log:  # noqa: ASYNC230 - local, opened once
         try:
             parent = os.getpid()
             proc = await asyncio.create_subprocess_exec(
@@ -401,7 +404,8 @@ async def run_handler(
 def _launch_failed(log_path: Path, why: str) -> Finished:
     """Nothing ran: say why in the outcome and in the job's log."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text(f"fleetq-runner: {why}\n")
+    with open(open_private(log_path), "w") as log:
+        log.write(f"fleetq-runner: {why}\n")
     return Finished(Outcome.FAILED, reason=f"launch failed: {why}", log_tail=why)
 
 

@@ -18,6 +18,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fleetq.runner.private import open_private
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -37,7 +39,11 @@ class Journal:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # private: jobs may not read what the runner launched (issue 41); its directory
+        # is the runner's, which job users may pass through (see jobuser), not list
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if path.exists():
+            path.chmod(0o600)
 
     def launching(self, job_id: int, token: int, run_id: str, tree: str | None = None) -> None:
         """Before launching: the run id the process will carry in FLEETQ_RUN_ID, and
@@ -100,7 +106,7 @@ class Journal:
     def compact(self) -> None:
         """Rewrite the file with only the open entries (atomically)."""
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
+        with open(open_private(tmp), "w") as f:
             for e in self.open_entries().values():
                 f.write(
                     json.dumps(
@@ -133,7 +139,7 @@ class Journal:
         tmp.replace(self.path)
 
     def _append(self, record: dict[str, object]) -> None:
-        with open(self.path, "a") as f:
+        with open(open_private(self.path, append=True), "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())

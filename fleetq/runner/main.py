@@ -97,11 +97,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="kill (default): job processes die with the runner; adopt: they outlive it and "
         "a restarted runner adopts them",
     )
-    p.add_argument(
+    users = p.add_mutually_exclusive_group()
+    users.add_argument(
+        "--job-uid-range",
+        metavar="FIRST-LAST",
+        help="run each command job as a uid of its own from FIRST-LAST (e.g. 61000-61031), "
+        "leased to that job alone and returned when it ends, after whatever still runs "
+        "under it is killed: jobs can read neither the runner's credentials nor each "
+        "other's trees, logs and mirrors. The runner must be root; the range needs a uid "
+        "per slot of all lanes together, may not hold 0 or the runner's uid, and must be "
+        "this runner's alone (uids need no user: one without gets a group of its number)",
+    )
+    users.add_argument(
         "--job-user",
         metavar="USER",
-        help="run command jobs as USER, so they cannot read the runner's credentials (the "
-        "runner must be root; recommended whenever it is)",
+        help="a --job-uid-range of one: run command jobs as USER (its uid and groups), for "
+        "a runner with one slot in all. Without either, command jobs run as the runner's "
+        "own uid and can read what it reads, its credentials included (a passfile named on "
+        "its command line): on a node that runs others' code, run it as root with "
+        "--job-uid-range",
     )
     p.add_argument(
         "--metrics-port",
@@ -167,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "exit_when_drained": args.exit_when_drained or None,
         "orphans": args.orphans,
         "job_user": args.job_user,
+        "job_uid_range": args.job_uid_range,
         "lanes": dict(args.lane) or None,
         "capabilities": args.capability or None,
     }

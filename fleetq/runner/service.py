@@ -60,9 +60,10 @@ from fleetq.runner.execution import (
     hand_back,
 )
 from fleetq.runner.fencing import SELF_FENCE_CHECK_S
-from fleetq.runner.jobuser import JobUser
+from fleetq.runner.jobuser import JobUsers
 from fleetq.runner.journal import Entry, Journal
 from fleetq.runner.keeping import LeaseKeeping
+from fleetq.runner.private import private_directory
 from fleetq.runner.reporter import Reporter
 from fleetq.runner.staging import Staging
 
@@ -107,9 +108,11 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         self.runner = RunnerId(config.runner_id)
         # checked before anything starts: a user that is missing or out of reach is a
         # configuration error, said at once
-        self.job_user = JobUser.named(config.job_user) if config.job_user else None
-        if self.job_user is not None:
-            self.job_user.prepare(config.directory() / "trees")
+        self.job_users = JobUsers.configured(config.job_user, config.job_uids)
+        if self.job_users is not None:
+            self.job_users.prepare(config.directory() / "trees")
+        else:
+            _warn_shared_uid()
         self.executions: dict[JobId, Execution] = {}
         self.tasks: dict[JobId, asyncio.Task[None]] = {}
         self.wakes = {lane: asyncio.Event() for lane in config.lanes}
@@ -191,14 +194,14 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             pool=pool,
             runner=self.runner,
             node=self.config.node,
-            staging=Staging(directory),
+            staging=Staging(directory, isolated=self.job_users is not None),
             reporter=self.reporter,
-            logs=directory / "logs",
+            logs=private_directory(directory / "logs"),
             keep_failed=self.config.keep_failed,
             operation=self._operation,
             journal=Journal(directory / "journal.jsonl"),
             adopt=self.config.orphans == "adopt",
-            job_user=self.job_user,
+            job_users=self.job_users,
             stopping=self.shutdown_requested,
             leaving=self.immediate_requested,
         )
@@ -628,6 +631,18 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         }
 
     # -- leases, state, wake-ups -------------------------------------------------------
+
+
+def _warn_shared_uid() -> None:
+    """Without job users, command jobs run as the runner's own uid: say what that lets
+    them read (root: everything)."""
+    who = "root" if os.geteuid() == 0 else f"this runner's own uid ({os.geteuid()})"
+    log.warning(
+        "command jobs run as %s and can read what the runner reads, its credentials "
+        "included (a passfile named in its DSN); to keep them out, run it as root with "
+        "--job-uid-range",
+        who,
+    )
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:

@@ -6,6 +6,12 @@ checkout of the commit, so the tree is a real git checkout with a populated inde
 `git status` is clean and `git rev-parse HEAD` is the commit, which the tools under test
 expect (an exported tree without an index once failed checks for that reason).
 Every git command that takes a commit gets `--end-of-options`.
+
+Mirrors are the runner's alone (0700). When jobs run under uids of their own
+(`isolated`), a job may read its own project's objects and nothing else: its tree is
+cloned without `--shared` (an alternates file pointing into a mirror the job cannot
+read), its objects hard-linked from the mirror (read-only, still the runner's), and the
+runner hands the tree over (`handover`) before the job runs.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import shutil
 from pathlib import Path
 
 from fleetq.core.errors import FleetqError
+from fleetq.runner.private import private_directory
 
 
 class StagingFailed(FleetqError):
@@ -26,9 +33,10 @@ class StagingFailed(FleetqError):
 class Staging:
     """Mirrors and per-execution trees below one runner directory."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, isolated: bool = False) -> None:
         self.mirrors = root / "mirrors"
         self.trees = root / "trees"
+        self.isolated = isolated
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def stage(self, *, repository: str, commit: str, name: str) -> Path:
@@ -37,7 +45,8 @@ class Staging:
         tree = self.trees / name
         shutil.rmtree(tree, ignore_errors=True)
         self.trees.mkdir(parents=True, exist_ok=True)
-        await _git(None, "clone", "--quiet", "--shared", "--no-checkout", str(mirror), str(tree))
+        share = "--local" if self.isolated else "--shared"
+        await _git(None, "clone", "--quiet", share, "--no-checkout", str(mirror), str(tree))
         await _git(
             tree,
             "-c",
@@ -61,15 +70,21 @@ class Staging:
         return gone
 
     def discard(self, tree: Path) -> None:
-        """Remove a staged tree (after the outcome is recorded)."""
+        """Remove a staged tree (after the outcome is recorded), and its job's home.
+        (rmtree works through descriptors: a job's symlinks are removed, not followed.)"""
         shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(self.home_of(tree), ignore_errors=True)
+
+    def home_of(self, tree: Path) -> Path:
+        """Where the job of `tree` gets its HOME when it runs as a job user: beside the
+        tree, so `sweep` and `discard` remove it with it."""
+        return tree.with_name(tree.name + ".home")
 
     async def _mirror_with(self, repository: str, commit: str) -> Path:
         key = hashlib.sha256(repository.encode()).hexdigest()[:16]
-        mirror = self.mirrors / f"{key}.git"
+        mirror = private_directory(self.mirrors) / f"{key}.git"  # closed even if made open
         async with self._locks.setdefault(key, asyncio.Lock()):
             if not (mirror / "HEAD").exists():
-                self.mirrors.mkdir(parents=True, exist_ok=True)
                 tmp = mirror.with_suffix(".tmp")
                 shutil.rmtree(tmp, ignore_errors=True)
                 await _git(

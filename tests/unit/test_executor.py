@@ -285,3 +285,19 @@ async def test_a_stop_that_cannot_be_confirmed_says_so(
     monkeypatch.setattr(executor, "STOP_DEADLINE_S", 0.2)
     finished = await _stop_once_launched(tmp_path)
     assert (finished.outcome, finished.reason) == (None, "stop-unconfirmed")
+
+
+async def test_a_job_s_log_is_the_runner_s_alone(tmp_path: Path) -> None:
+    """Logs were 0644: a job of another uid read other jobs' output (issue 41)."""
+    log = tmp_path / "logs" / "job.log"
+    log.parent.mkdir()
+    log.write_text("an older run's")
+    log.chmod(0o644)
+    old = os.umask(0o022)
+    try:
+        await _run("true", tmp_path)
+        assert log.stat().st_mode & 0o777 == 0o600 and log.read_text() == ""
+        await _run("no-such-program-anywhere", tmp_path)  # the launch failure's log too
+        assert log.stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from fleetq.runner.journal import Entry, Journal
@@ -48,3 +49,20 @@ def test_a_launch_journaled_before_births_reads_without_one(tmp_path: Path) -> N
 
 def test_a_missing_journal_is_empty(tmp_path: Path) -> None:
     assert Journal(tmp_path / "none" / "journal.jsonl").open_entries() == {}
+
+
+def test_the_journal_is_the_runner_s_alone(tmp_path: Path) -> None:
+    """It was 0644 in a 0755 directory: jobs read what the runner launched (issue 41)."""
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "runner" / "journal.jsonl"
+        journal = Journal(path)
+        journal.launching(1, 1, "run-a")
+        assert (path.stat().st_mode & 0o777, path.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+        journal.compact()
+        assert path.stat().st_mode & 0o777 == 0o600
+        path.chmod(0o644)  # as an older runner left it
+        Journal(path)
+        assert path.stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)

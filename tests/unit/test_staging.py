@@ -60,3 +60,21 @@ async def test_unknown_commit_and_repository_are_refused(origin: Path, tmp_path:
         await staging.stage(repository=str(origin), commit="c" * 40, name="t1")
     with pytest.raises(StagingFailed, match="cannot clone"):
         await staging.stage(repository=str(tmp_path / "nowhere"), commit="c" * 40, name="t2")
+
+
+async def test_mirrors_are_private_and_isolated_trees_stand_alone(
+    origin: Path, tmp_path: Path
+) -> None:
+    """Jobs under other uids read other projects' mirrors (issue 41): mirrors are 0700,
+    and a tree for such a job has its own objects (no alternates into the mirror)."""
+    head = _git(origin, "rev-parse", "HEAD")
+    (tmp_path / "work" / "mirrors").mkdir(parents=True, mode=0o755)  # an older runner's
+    staging = Staging(tmp_path / "work", isolated=True)
+    tree = await staging.stage(repository=str(origin), commit=head, name="t1")
+    assert staging.mirrors.stat().st_mode & 0o777 == 0o700
+    assert not (tree / ".git" / "objects" / "info" / "alternates").exists()
+    assert _git(tree, "rev-parse", "HEAD") == head and _git(tree, "status", "--porcelain") == ""
+    shared = await Staging(tmp_path / "work").stage(repository=str(origin), commit=head, name="t2")
+    assert (shared / ".git" / "objects" / "info" / "alternates").exists()  # the fast default
+    staging.discard(tree)
+    assert not tree.exists()
