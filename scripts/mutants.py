@@ -57,8 +57,10 @@ TESTS = (
     "tests/integration/test_roles.py",
     "tests/integration/test_protocol_machine.py",
     "tests/integration/test_api.py",
+    "tests/integration/test_authz_matrix.py",
+    "tests/integration/test_tenants.py",
 )
-COPIED = ("fleetq", "migrations", "tests", "pyproject.toml")
+COPIED = ("fleetq", "migrations", "tests", "docs", "pyproject.toml")
 UNUSED_PLUGINS = ("textual-snapshot", "syrupy", "xdist", "xdist.looponfail", "anyio")
 _FAILED = re.compile(r"^FAILED (\S+)", re.M)
 

@@ -43,7 +43,7 @@ def text(value: str, field: str, *, max_bytes: int = MAX_NAME_BYTES) -> str:
         raise InvalidInput(f"{field} is not valid UTF-8") from None
     if len(encoded) > max_bytes:
         raise InvalidInput(f"{field} is {len(encoded)} bytes, over the limit of {max_bytes}")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+    if any(ord(ch) < 32 or 127 <= ord(ch) <= 159 for ch in value):
         raise InvalidInput(f"{field} contains NUL or control characters")
     return value
 

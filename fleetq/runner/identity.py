@@ -1,10 +1,13 @@
-"""One process per runner id: a session advisory lock on the runner's LISTEN connection.
+"""One process per runner id, held by the runner's LISTEN connection.
 
 Why: two processes serving one runner id each find the other's leases "held but not
 running here" and report healthy jobs lost (a rolling restart that starts the new
 process before the old one has exited does this). So a runner takes a lock named after
 its id before it registers, and a second process is refused while the first is alive,
-naming the session that holds it. The lock lives on the dedicated LISTEN connection
+naming the session that holds it. The lock is a row of `fleetq.coordination` naming
+the holding session (`fleetq.take_runner_id`), not an advisory lock: any login of the
+database can take any advisory key, and one that took this runner's kept it from
+starting. The lock lives on the dedicated LISTEN connection
 (never pooled, so never shared); after that connection is re-established it is taken
 again. A session this same process left on the server (a partition the backend
 outlived) is recognised by its `application_name`, which carries a per-process token,
@@ -25,8 +28,6 @@ from fleetq.core import queries
 from fleetq.core.errors import DatabaseBusy, FleetqError
 
 log = logging.getLogger(__name__)
-
-LOCK_CLASS = 0x666C71  # "flq": keeps runner-id locks apart from other advisory locks
 
 
 class RunnerIdInUse(FleetqError):
@@ -77,11 +78,9 @@ async def take(conn: asyncpg.Connection, runner: str, own_application: str) -> N
     """Take the runner id's lock on `conn`, or raise `RunnerIdInUse`."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if await conn.fetchval(queries.sql("runners_take_identity"), LOCK_CLASS, runner):
+        holder = await conn.fetchrow(queries.sql("runners_take_identity"), runner)
+        if holder is None or holder["taken"]:
             return
-        holder = await conn.fetchrow(queries.sql("runners_identity_holder"), LOCK_CLASS, runner)
-        if holder is None:
-            continue  # released between the two statements: try again
         if holder["application_name"] == own_application:
             log.warning(
                 "ending this runner's own earlier database session (pid %d) that still "
@@ -89,14 +88,21 @@ async def take(conn: asyncpg.Connection, runner: str, own_application: str) -> N
                 holder["pid"],
             )
             await conn.fetchval(queries.sql("runners_end_session"), holder["pid"])
-            await asyncio.sleep(0.1)  # the lock goes when that backend has exited
+            await _gone(conn, holder["pid"], deadline)
             continue
-        where = f" from {holder['client_addr']}" if holder["client_addr"] else ""
-        since = holder["backend_start"]  # NULL when the session is another role's
-        when = f", connected {since:%Y-%m-%d %H:%M:%S}" if since is not None else ""
         raise RunnerIdInUse(
             f"runner {runner} is already served by another process (its database session: "
-            f"pid {holder['pid']}{where}{when}); stop that process first, or give this one "
+            f"pid {holder['pid']}, login {holder['login']}); stop that process first, or "
+            "give this one "
             "another --name (a process on a node that died frees it within half a minute)"
         )
     raise DatabaseBusy(f"could not take runner id {runner}: its lock keeps changing hands")
+
+
+async def _gone(conn: asyncpg.Connection, pid: int, deadline: float) -> None:
+    """Wait (until `deadline`) for an ended session's backend to exit: its row names it
+    holder until then."""
+    while time.monotonic() < deadline:
+        if not await conn.fetchval(queries.sql("runners_session_alive"), pid):
+            return
+        await asyncio.sleep(0.05)

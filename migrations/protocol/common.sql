@@ -92,3 +92,29 @@ CREATE OR REPLACE FUNCTION fleetq.runner_listed(p_forgotten_at timestamp with ti
 AS $function$
     SELECT p_forgotten_at IS NULL OR p_last_heartbeat > p_forgotten_at
 $function$;
+
+-- A name or key a job carries (node, idempotency key, task, identity): NULL, or 1 to 256
+-- bytes with no control character (C0, DEL, C1). What the HTTP API refuses, refused for
+-- every caller: through SQL a submitter stored a 100 MiB node and terminal escapes.
+CREATE OR REPLACE FUNCTION fleetq.bad_text(p_value text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT p_value IS NOT NULL
+           AND (p_value = '' OR octet_length(p_value) > 256
+                OR p_value ~ '[\x01-\x1f\x7f-\x9f]')
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.refuse_bad_text(p_value text, p_field text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
+BEGIN
+    IF fleetq.bad_text(p_value) THEN
+        RAISE EXCEPTION '% is empty, over 256 bytes or holds control characters', p_field
+            USING ERRCODE = 'FQ003';
+    END IF;
+END;
+$function$;

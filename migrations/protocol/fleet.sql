@@ -109,7 +109,10 @@ END;
 $function$;
 
 -- A runner changes its own state (drains itself, goes offline at shutdown); an operator
--- any runner's, recorded under the operator's identity.
+-- any runner's, recorded under the operator's identity. A runner never undoes what an
+-- operator set: it may only drain or go offline, and only from a state it set itself
+-- (a runner login set itself active over an operator's pause; and 'offline' is what a
+-- restart turns back to active).
 CREATE OR REPLACE FUNCTION fleetq.set_runner_state(p_runner text, p_state text, p_reason text, p_actor text)
  RETURNS SETOF fleetq.runners
  LANGUAGE plpgsql
@@ -124,6 +127,17 @@ BEGIN
     IF c.kind = 'runner' THEN
         PERFORM fleetq.acting_runner(p_runner);
         v_actor := c.subject;
+        IF p_state NOT IN ('draining', 'offline') THEN
+            RAISE EXCEPTION 'a runner may drain itself or go offline; % is an operator''s',
+                            p_state
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF EXISTS (SELECT 1 FROM fleetq.runners r
+                   WHERE r.id = p_runner AND r.state NOT IN ('active', 'offline')
+                     AND r.state_actor IS DISTINCT FROM c.subject) THEN
+            RETURN QUERY SELECT * FROM fleetq.runners r WHERE r.id = p_runner;
+            RETURN;  -- the operator's state stands
+        END IF;
     ELSIF c.kind = 'operator' THEN
         v_actor := c.subject;
     END IF;

@@ -58,11 +58,15 @@ AS $function$
 DECLARE
     j fleetq.jobs%ROWTYPE;
 BEGIN
-    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
-    IF FOUND AND j.lease_owner = p_runner AND j.lease_version = p_version
-       AND j.state IN ('claimed', 'running') THEN
+    -- locked only when it is this runner's lease (another's row is never held)
+    SELECT * INTO j FROM fleetq.jobs
+    WHERE id = p_job AND lease_owner = p_runner AND lease_version = p_version
+      AND state IN ('claimed', 'running')
+    FOR UPDATE;
+    IF FOUND THEN
         RETURN NULL;
     END IF;
+    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job;
     IF FOUND AND j.released_by = p_runner AND j.released_version = p_version
        AND j.lease_version = p_version AND j.released_kind = p_kind THEN
         RETURN 'already';
@@ -214,9 +218,16 @@ DECLARE
     v_stale_versions bigint[];
     v_lease interval := fleetq.setting_seconds('lease_seconds');
 BEGIN
+    -- Only this runner's live leases are locked: a row of anyone else's is never held,
+    -- not even for the length of this call (a runner login renewing another's job in an
+    -- open transaction held it, and that job's own renewals skipped it until its holder
+    -- fenced itself). NO KEY UPDATE, the update's own mode: it does not conflict with
+    -- the KEY SHARE a dependent submit (--after) holds on the job until it commits.
     SELECT array_agg(l.id) INTO v_locked
-    FROM (SELECT j.id FROM fleetq.jobs j WHERE j.id = ANY (p_jobs)
-          ORDER BY j.id FOR UPDATE SKIP LOCKED) l;
+    FROM (SELECT j.id FROM fleetq.jobs j
+          JOIN unnest(p_jobs, p_versions) AS i(id, version) ON i.id = j.id
+          WHERE j.lease_owner = p_runner AND j.lease_version = i.version
+          ORDER BY j.id FOR NO KEY UPDATE OF j SKIP LOCKED) l;
     WITH renewed AS (
         UPDATE fleetq.jobs j
         SET lease_expires_at = clock_timestamp() + v_lease
@@ -229,12 +240,16 @@ BEGIN
     SELECT array_agg(renewed.id), array_agg(renewed.lease_expires_at) INTO v_ids, v_expiry
     FROM renewed;
 
-    -- stale: rows we could look at and that are no longer ours (a busy row is not known)
+    -- stale: rows that are no longer ours, as this statement reads them (one we hold
+    -- that another transaction has locked is busy: not known)
     SELECT array_agg(i.id), array_agg(i.version) INTO v_stale, v_stale_versions
     FROM unnest(p_jobs, p_versions) AS i(id, version)
     WHERE i.id <> ALL (coalesce(v_ids, '{}'))
       AND (i.id = ANY (coalesce(v_locked, '{}'))
-           OR NOT EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = i.id));
+           OR NOT EXISTS (SELECT 1 FROM fleetq.jobs j
+                          WHERE j.id = i.id AND j.lease_owner = p_runner
+                            AND j.lease_version = i.version
+                            AND j.state IN ('claimed', 'running')));
     PERFORM fleetq.note_stale(p_runner, 'heartbeat', v_stale, v_stale_versions);
 
     -- The runner is alive; a draining runner with nothing left is drained. Not waited
@@ -388,7 +403,11 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o WHERE o NOT IN ('succeeded', 'failed', 'refused')) THEN
         RAISE EXCEPTION 'an outcome is succeeded, failed or refused' USING ERRCODE = 'FQ003';
     END IF;
-    PERFORM 1 FROM fleetq.jobs j WHERE j.id = ANY (p_jobs) ORDER BY j.id FOR UPDATE;
+    -- this runner's leases only: another's row is never held, not even for this call
+    -- (a retried outcome whose first attempt committed is answered from what it wrote)
+    PERFORM 1 FROM fleetq.jobs j
+    WHERE j.id = ANY (p_jobs) AND j.lease_owner = p_runner
+    ORDER BY j.id FOR UPDATE;
 
     -- One pass over the jobs: the update that ends them returns all that the rest of
     -- the outcome writes (reading them again cost a probe per job per statement).
@@ -706,9 +725,23 @@ DECLARE
     v_reason text;
     v_recorded text;
 BEGIN
-    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
+    -- The job's row is locked only while this lease still holds it (owner, or the room
+    -- a cancel left reserved): a lease that moved on is another runner's row, never held
+    -- here. A stop is this runner's to confirm only for a (job, token) it was granted.
+    SELECT * INTO j FROM fleetq.jobs
+    WHERE id = p_job AND lease_version = p_version
+      AND (lease_owner = p_runner OR reserved_on = p_runner)
+    FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'unknown job %', p_job USING ERRCODE = 'FQ004';
+        SELECT * INTO j FROM fleetq.jobs WHERE id = p_job;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'unknown job %', p_job USING ERRCODE = 'FQ004';
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM fleetq.events e
+                       WHERE e.job_id = p_job AND e.kind = 'claimed'
+                         AND e.lease_version = p_version AND e.runner_id = p_runner) THEN
+            RETURN 'stale';
+        END IF;
     END IF;
     IF j.lease_owner = p_runner AND j.lease_version = p_version THEN
         PERFORM fleetq.record_handler_runs(ARRAY[p_job]);  -- a stop under a live lease

@@ -61,7 +61,11 @@ DECLARE
     v_expired bigint[];
     v_reserved text[];
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(7365657071) THEN  -- "reaper": one leader per moment
+    -- One leader per moment: the reaper's row, locked to the end of the pass. A row lock
+    -- needs UPDATE on the table, which only fleetq's functions have (an advisory key was
+    -- anyone's: a reader holding it stalled expiry, schedules, samples and retries).
+    PERFORM 1 FROM fleetq.coordination WHERE name = 'reaper' FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
         RETURN QUERY SELECT 0, 0, false;
         RETURN;
     END IF;

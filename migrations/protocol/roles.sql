@@ -142,7 +142,8 @@ BEGIN
                                     fleetq_reader, fleetq_gateway;
     -- readers (console --readonly, stats, overlaps) read everything; operators too
     GRANT SELECT ON ALL TABLES IN SCHEMA fleetq TO fleetq_reader, fleetq_operator;
-    REVOKE SELECT ON fleetq.logins FROM fleetq_reader;
+    -- who acts as what is the administrators' (docs/security.md)
+    REVOKE SELECT ON fleetq.logins FROM fleetq_reader, fleetq_operator;
     -- a token's hash is a credential's fingerprint: only the owner reads them
     REVOKE SELECT ON fleetq.api_tokens FROM fleetq_reader, fleetq_operator;
     FOR o IN SELECT * FROM fleetq.grants LOOP
@@ -249,15 +250,87 @@ AS $function$
     SELECT fleetq.setting_int('lease_seconds'), fleetq.setting_int('runner_offline_after_seconds')
 $function$;
 
--- A runner's own observation about a job it holds (adoption_refused, with evidence).
+-- A runner's own observation about a job it holds (adoption_refused, with evidence):
+-- only kinds that are a runner's to say, about a lease it holds, read without a lock.
+-- Any kind once wrote a 'claimed' event under any token, which fenced_write and
+-- append_output then believed.
 CREATE OR REPLACE FUNCTION fleetq.runner_note(p_kind text, p_job bigint, p_runner text, p_version bigint, p_detail jsonb)
  RETURNS void
- LANGUAGE sql
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT fleetq.log_events(p_kind, ARRAY[p_job], fleetq.acting_runner(p_runner),
-                             ARRAY[p_version], NULL, p_detail)
+DECLARE
+    v_runner text := fleetq.acting_runner(p_runner);
+BEGIN
+    IF p_kind IS DISTINCT FROM 'adoption_refused' THEN
+        RAISE EXCEPTION 'a runner notes adoption_refused only, not %', p_kind
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = p_job AND j.reserved_on = v_runner
+                                              AND j.lease_version = p_version) THEN
+        RAISE EXCEPTION 'runner % does not hold job % under token %', v_runner, p_job, p_version
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF octet_length(p_detail::text) > 8192 THEN
+        RAISE EXCEPTION 'a note''s detail is at most 8192 bytes' USING ERRCODE = 'FQ003';
+    END IF;
+    PERFORM fleetq.log_events(p_kind, ARRAY[p_job], v_runner, ARRAY[p_version], NULL, p_detail);
+END;
+$function$;
+
+-- One process per runner id, held by a session (the runner's LISTEN connection) as a
+-- session advisory lock was, but in a row only fleetq's functions write: any login could
+-- take an advisory key first. Taken when the row names no session alive (its pid under
+-- its login; pg_stat_activity shows both for every session) or this very session. Not
+-- taken: the holder, to name it. An older runner of this id may still hold the old
+-- advisory lock (a rolling upgrade): its session is one of this runner's logins (or an
+-- administrator's), which no other login can be, so it counts as a holder too.
+CREATE OR REPLACE FUNCTION fleetq.take_runner_id(p_runner text)
+ RETURNS TABLE(taken boolean, pid integer, login text, application_name text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_runner text := fleetq.acting_runner(p_runner);
+    v_name text := 'runner:' || v_runner;
+    h record;  -- not %ROWTYPE: the table comes with migration 0030, after this file
+    v_old integer;
+BEGIN
+    INSERT INTO fleetq.coordination (name) VALUES (v_name) ON CONFLICT DO NOTHING;
+    SELECT * INTO h FROM fleetq.coordination c WHERE c.name = v_name FOR UPDATE;
+    IF h.holder_pid IS NOT NULL AND h.holder_pid <> pg_backend_pid() AND EXISTS (
+           SELECT 1 FROM pg_stat_activity a
+           WHERE a.pid = h.holder_pid AND a.usename = h.holder_role) THEN
+        RETURN QUERY SELECT false, h.holder_pid, h.holder_role,
+                            (SELECT a.application_name FROM pg_stat_activity a
+                             WHERE a.pid = h.holder_pid);
+        RETURN;
+    END IF;
+    SELECT l.pid INTO v_old
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+      AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+      AND l.classid = 6712433::oid AND l.objid = hashtext(v_runner)::oid  -- 0x666C71, "flq"
+      AND l.pid <> pg_backend_pid()
+      AND (EXISTS (SELECT 1 FROM fleetq.logins g
+                   WHERE g.role_name = a.usename AND g.kind = 'runner' AND g.subject = v_runner)
+           OR pg_has_role(a.usename, 'fleetq_owner', 'MEMBER'))
+    LIMIT 1;
+    IF FOUND THEN
+        RETURN QUERY SELECT false, a.pid, a.usename::text, a.application_name
+                     FROM pg_stat_activity a WHERE a.pid = v_old;
+        RETURN;
+    END IF;
+    UPDATE fleetq.coordination c
+    SET holder_pid = pg_backend_pid(), holder_role = session_user,
+        holder_app = current_setting('application_name'), taken_at = clock_timestamp()
+    WHERE c.name = v_name;
+    RETURN QUERY SELECT true, pg_backend_pid(), session_user::text,
+                        current_setting('application_name');
+END;
 $function$;
 
 -- Inside a handler's own transaction: lock its job's row under (owner, token), so what

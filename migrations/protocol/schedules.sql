@@ -7,6 +7,23 @@
 -- changed protocol file in one transaction). Change a function here; tables, dropped
 -- functions and new signatures go in a numbered migration.
 
+-- A runner settles only ticks that are due: a whole minute (cron's resolution) that has
+-- come. A runner login skipped a schedule to 'infinity' (silenced for good) and could
+-- fire a tick every second; an administrator may name any time (tests, repairs).
+CREATE OR REPLACE FUNCTION fleetq.refuse_undue_tick(p_tick timestamptz)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+    IF p_tick IS NULL OR NOT isfinite(p_tick) OR p_tick > clock_timestamp()
+       OR p_tick <> date_trunc('minute', p_tick) THEN
+        RAISE EXCEPTION 'tick % is not a due minute', p_tick
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END;
+$function$;
+
 CREATE OR REPLACE FUNCTION fleetq.fire_schedule(p_name text, p_tick timestamptz, p_commit text)
  RETURNS TABLE(job_id bigint, fired boolean)
  LANGUAGE plpgsql
@@ -20,10 +37,19 @@ DECLARE
     v_job bigint;
 BEGIN
     SELECT * INTO c FROM fleetq.require(ARRAY['runner']);
+    IF c.kind = 'runner' THEN
+        PERFORM fleetq.refuse_undue_tick(p_tick);
+    END IF;
     SELECT * INTO s FROM fleetq.schedules WHERE name = p_name FOR UPDATE;
     IF NOT FOUND OR s.paused_at IS NOT NULL OR p_tick <= s.last_tick THEN
         RETURN QUERY SELECT NULL::bigint, false;  -- gone, paused, or settled already
         RETURN;
+    END IF;
+    -- a fixed commit is the schedule's, never the leader's to choose (a branch is
+    -- resolved by the leader, the one thing a schedule leaves to it)
+    IF s.commit_sha IS NOT NULL AND p_commit IS DISTINCT FROM s.commit_sha THEN
+        RAISE EXCEPTION 'schedule % checks commit %, not %', p_name, s.commit_sha, p_commit
+            USING ERRCODE = 'insufficient_privilege';
     END IF;
     INSERT INTO fleetq.schedule_ticks (schedule, tick) VALUES (p_name, p_tick)
     ON CONFLICT DO NOTHING;
@@ -53,6 +79,9 @@ DECLARE
     c record;
 BEGIN
     SELECT * INTO c FROM fleetq.require(ARRAY['runner']);
+    IF c.kind = 'runner' THEN
+        PERFORM fleetq.refuse_undue_tick(p_tick);
+    END IF;
     UPDATE fleetq.schedules SET last_tick = p_tick, updated_at = clock_timestamp()
     WHERE name = p_name AND last_tick < p_tick;
     IF FOUND THEN

@@ -46,6 +46,13 @@ BEGIN
     IF p_commit IS NULL OR p_commit !~ '^[0-9a-f]{40}$' THEN
         RAISE EXCEPTION 'commit must be a full 40-character hex SHA' USING ERRCODE = 'FQ003';
     END IF;
+    IF jsonb_typeof(coalesce(p_payload, '{}')) <> 'object' THEN
+        RAISE EXCEPTION 'payload must be a JSON object' USING ERRCODE = 'FQ003';
+    END IF;
+    PERFORM fleetq.refuse_bad_text(p_requested_node, 'requested node');
+    PERFORM fleetq.refuse_bad_text(p_idempotency_key, 'idempotency key');
+    PERFORM fleetq.refuse_bad_text(p_task_id, 'task id');
+    PERFORM fleetq.refuse_bad_text(p_submitted_by, 'submitting identity');
     IF octet_length(p_payload::text) > v_limit THEN
         RAISE EXCEPTION 'payload is % bytes, over the limit of %', octet_length(p_payload::text),
             v_limit USING ERRCODE = 'FQ003';
@@ -76,7 +83,8 @@ BEGIN
          v_op.cpu_millis, v_op.timeout_s, p_requested_node, p_idempotency_key, p_task_id,
          p_submitted_by, coalesce(p_payload, '{}'), v_class,
          CASE WHEN cardinality(v_after) > 0 THEN 'waiting' ELSE 'queued' END, p_traceparent)
-    ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT (project, submitted_by, idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
     RETURNING id INTO v_id;
 
     IF v_id IS NOT NULL AND cardinality(v_after) > 0 THEN
@@ -119,7 +127,8 @@ BEGIN
     -- The key exists. This is a second statement on purpose: it takes a new snapshot, so
     -- it sees a job that a concurrent submit committed while the INSERT above waited.
     SELECT * INTO v_old FROM fleetq.jobs j
-    WHERE j.project = p_project AND j.idempotency_key = p_idempotency_key;
+    WHERE j.project = p_project AND j.submitted_by = p_submitted_by
+      AND j.idempotency_key = p_idempotency_key;
     IF (v_old.operation, v_old.commit_sha, v_old.requested_node, v_old.task_id,
         v_old.submitted_by, v_old.payload)
        IS DISTINCT FROM
@@ -275,8 +284,10 @@ BEGIN
                       WHEN octet_length(i.payload::text) > v_limit
                           THEN format('payload is %s bytes, over the limit of %s',
                                       octet_length(i.payload::text), v_limit)
-                      WHEN i.key = '' OR length(i.key) > 256 OR i.node = '' OR i.task = ''
-                          THEN 'an idempotency key, node or task is empty or too long'
+                      WHEN fleetq.bad_text(i.key) OR fleetq.bad_text(i.node)
+                           OR fleetq.bad_text(i.task)
+                          THEN 'an idempotency key, node or task is empty, over 256 bytes or '
+                               'holds control characters'
                  END AS problem,
                  CASE WHEN o.name IS NULL OR o.retired_at IS NOT NULL THEN 'FQ002'
                       ELSE 'FQ003' END AS code
@@ -320,7 +331,8 @@ BEGIN
                p_submitted_by, coalesce(nb.payload, '{}'), nb.class, 'queued', nb.traceparent
         FROM numbered nb
         ORDER BY nb.project, nb.key NULLS LAST, nb.n
-        ON CONFLICT (project, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        ON CONFLICT (project, submitted_by, idempotency_key) WHERE idempotency_key IS NOT NULL
+        DO NOTHING
         RETURNING id, lane, priority_class, traceparent
     ),
     logged AS (
@@ -362,6 +374,7 @@ BEGIN
                                    j.task_id, j.submitted_by, j.payload
                             FROM fleetq.jobs j
                             WHERE i.made IS NULL AND j.project = i.project
+                              AND j.submitted_by = p_submitted_by
                               AND j.idempotency_key = i.key
                             LIMIT 1) j  -- a probe by key per row (see the answer below)
         WHERE (j.operation, j.commit_sha, j.requested_node, j.task_id, j.submitted_by,
@@ -401,6 +414,7 @@ BEGIN
     LEFT JOIN LATERAL (SELECT j.id, j.state, j.priority_class
                        FROM fleetq.jobs j
                        WHERE i.made IS NULL AND j.project = i.project
+                         AND j.submitted_by = p_submitted_by
                          AND j.idempotency_key = i.key
                        LIMIT 1) j ON true
     ORDER BY i.n;
@@ -417,6 +431,11 @@ DECLARE
     c record;
 BEGIN
     SELECT * INTO c FROM fleetq.require(ARRAY['submitter', 'operator']);
+    IF c.kind <> 'admin' AND coalesce(cardinality(p_projects), 0) > 10000 THEN
+        RAISE EXCEPTION 'a bulk submit of % jobs is over the limit of 10000 a call',
+                        cardinality(p_projects)
+            USING ERRCODE = 'FQ003';
+    END IF;
     RETURN QUERY SELECT * FROM fleetq.submit_many_unchecked(
         p_projects, p_operations, p_commits, p_nodes, p_keys, p_tasks, p_payloads,
         p_traceparents, CASE WHEN c.kind = 'admin' THEN p_submitted_by ELSE c.subject END);

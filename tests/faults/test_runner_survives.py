@@ -150,9 +150,8 @@ def test_a_runner_starts_on_a_link_that_never_carries_its_whole_start_up(
 
 
 _LISTEN_SESSION_HOLDS_THE_ID = (
-    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-    "WHERE l.locktype = 'advisory' AND l.granted "
-    "AND a.application_name LIKE 'fleetq-runner-listen %'"
+    "SELECT count(*) FROM fleetq.coordination c JOIN pg_stat_activity a ON a.pid = c.holder_pid "
+    "WHERE c.name LIKE 'runner:%' AND a.application_name LIKE 'fleetq-runner-listen %'"
 )
 
 

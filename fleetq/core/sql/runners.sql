@@ -32,19 +32,13 @@ SELECT * FROM fleetq.runner_state($1::text);
 SELECT * FROM fleetq.runner_timing();
 
 -- name: runners_take_identity
--- One process per runner id: a session advisory lock, held by the runner's LISTEN
--- connection. $1 lock class (fleetq's), $2 runner
-SELECT pg_try_advisory_lock($1::integer, hashtext($2::text)) AS taken;
+-- One process per runner id, held by the runner's LISTEN connection: taken (taken = true),
+-- or the session holding it (pid, login, application_name). $1 runner
+SELECT * FROM fleetq.take_runner_id($1::text);
 
--- name: runners_identity_holder
--- The session holding a runner id's lock, to name it in the refusal. $1 class, $2 runner
-SELECT a.pid, a.application_name, host(a.client_addr) AS client_addr, a.backend_start
-FROM pg_locks l
-JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.classid = $1::integer::oid AND l.objid = hashtext($2::text)::oid
-  AND l.pid <> pg_backend_pid();
+-- name: runners_session_alive
+-- Whether a database session is still there. $1 backend pid
+SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1::integer) AS alive;
 
 -- name: runners_end_session
 -- End a session this very process left behind on the server (a partition outlived

@@ -1,0 +1,143 @@
+"""Each party acts only as itself, at the entry points added after the core (issue 41):
+a runner's notes, its own state, idempotency keys, and what a submit may carry. Each test
+here was passed by a forbidden call before migration 0030."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from fleetq.core import roles
+from fleetq.core.db import SyncConnection, connect
+from tests.fleet import SHA
+from tests.integration.conftest import Login
+
+RUNNER = "node-a/r1"
+
+
+@pytest.fixture(autouse=True)
+def _fleet(login: Login) -> None:
+    """The test fleet's projects and operations (the login fixture makes them)."""
+
+
+def _refused(conn: SyncConnection, statement: str, params: list[object], code: str) -> None:
+    with pytest.raises(psycopg.Error) as exc:
+        conn.execute(statement.encode(), params)
+    conn.rollback()
+    assert exc.value.sqlstate == code, exc.value
+
+
+@pytest.fixture
+def as_runner(login: Login, sync_conn: SyncConnection) -> Iterator[SyncConnection]:
+    """node-a/r1's own login, registered, holding a job under token 1."""
+    sync_conn.execute(
+        b"SELECT fleetq.register_runner('node-a', 'r1', '{}', 16384, 8000, ARRAY['checks'], "
+        b"ARRAY[4], 'x', 1)"
+    )
+    with connect(login(roles.Kind.RUNNER, RUNNER), autocommit=True) as conn:
+        yield conn
+
+
+def _job(sync_conn: SyncConnection, who: str = "alice", key: str | None = None) -> int:
+    row = sync_conn.execute(
+        b"SELECT job_id FROM fleetq.submit('tools', 'lint', $1, NULL, $2, NULL, $3, '{}', "
+        b"NULL, NULL)",
+        [SHA, key, who],
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_runner_notes_only_its_observations(
+    as_runner: SyncConnection, sync_conn: SyncConnection
+) -> None:
+    """A runner login wrote a 'claimed' event under token 999999, which the fenced ledger
+    and the output then believed."""
+    job = _job(sync_conn)
+    as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 1, NULL)", [RUNNER])
+    note = "SELECT fleetq.runner_note($1, $2, $3, 1, '{}')"
+    _refused(as_runner, note, ["claimed", job, RUNNER], "42501")
+    as_runner.execute(note.encode(), ["adoption_refused", job, RUNNER])
+    _refused(as_runner, "SELECT fleetq.fenced_write('k', $1, 999999, '{}')", [job], "42501")
+
+
+def test_a_runner_may_drain_itself_never_resume_or_pause(
+    as_runner: SyncConnection, sync_conn: SyncConnection
+) -> None:
+    state = "SELECT state FROM fleetq.set_runner_state($1, $2, 'x', 'x')"
+    for forbidden in ("active", "paused"):
+        _refused(as_runner, state, [RUNNER, forbidden], "42501")
+    row = as_runner.execute(state.encode(), [RUNNER, "draining"]).fetchone()
+    assert row == ("drained",)  # it holds nothing
+
+
+def test_idempotency_keys_are_each_identity_s_own(sync_conn: SyncConnection) -> None:
+    """One bot's key blocked another's; a submitter's `schedule:NAME:<tick>` made the
+    schedule's leader fail every tick."""
+    assert _job(sync_conn, "ci-bot", "k") != _job(sync_conn, "other-bot", "k")
+    assert _job(sync_conn, "ci-bot", "k") == _job(sync_conn, "ci-bot", "k")
+    sync_conn.execute(
+        b"INSERT INTO fleetq.schedules (name, cron, project, operation, commit_sha, last_tick) "
+        b"VALUES ('nightly', '* * * * *', 'tools', 'lint', $1, '2026-01-01T00:00:00Z')",
+        [SHA],
+    )
+    squatted = _job(sync_conn, "ci-bot", "schedule:nightly:2026-01-01T00:01:00Z")
+    row = sync_conn.execute(
+        b"SELECT job_id, fired FROM fleetq.fire_schedule('nightly', '2026-01-01T00:01:00Z', $1)",
+        [SHA],
+    ).fetchone()
+    assert row is not None and row[1] is True and row[0] != squatted
+
+
+BAD_SUBMITS = {
+    "a list payload": ("[1, 2, 3]", None, None, None),
+    "a string payload": ('"text"', None, None, None),
+    "a null payload": ("null", None, None, None),
+    "an escape in the node": ("{}", "node\x1b]0;pwned\x07", None, None),
+    "a line feed in the key": ("{}", None, "key\r\ninjected", None),
+    "a C1 control in the task": ("{}", None, None, "task\x9b31m"),
+    "a huge node": ("{}", "n" * 10_000, None, None),
+    "an empty key": ("{}", None, "", None),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_SUBMITS))
+def test_the_database_refuses_what_the_api_refuses(
+    bad: str, login: Login, sync_conn: SyncConnection
+) -> None:
+    """Through SQL a submitter stored a list payload (every runner of the lane then
+    exited on its claim), a 100 MiB node and terminal escapes."""
+    payload, node, key, task = BAD_SUBMITS[bad]
+    with connect(login(roles.Kind.SUBMITTER, "ci-bot")) as conn:
+        _refused(
+            conn,
+            "SELECT * FROM fleetq.submit('tools', 'lint', $1, $2, $3, $4, NULL, $5::jsonb, "
+            "NULL, NULL)",
+            [SHA, node, key, task, payload],
+            "FQ003",
+        )
+        _refused(
+            conn,
+            "SELECT * FROM fleetq.submit_many(ARRAY['tools'], ARRAY['lint'], ARRAY[$1], "
+            "ARRAY[$2]::text[], ARRAY[$3]::text[], ARRAY[$4]::text[], ARRAY[$5::jsonb], "
+            "NULL, NULL)",
+            [SHA, node, key, task, payload],
+            "FQ003",
+        )
+    row = sync_conn.execute(b"SELECT count(*) FROM fleetq.jobs").fetchone()
+    assert row == (0,)
+
+
+def test_a_bulk_submit_is_capped(login: Login) -> None:
+    n = 10_001
+    with connect(login(roles.Kind.SUBMITTER, "ci-bot")) as conn:
+        _refused(
+            conn,
+            "SELECT * FROM fleetq.submit_many(array_fill('tools'::text, ARRAY[$1::int]), "
+            "array_fill('lint'::text, ARRAY[$1::int]), array_fill($2::text, ARRAY[$1::int]), "
+            "NULL, NULL, NULL, NULL, NULL, NULL)",
+            [n, SHA],
+            "FQ003",
+        )
