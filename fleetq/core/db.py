@@ -17,7 +17,13 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import TupleRow
 
-from fleetq.core.errors import ConfigError, ConnectionFailed, FleetqError, ReadOnlyServer
+from fleetq.core.errors import (
+    ConfigError,
+    ConnectionFailed,
+    FleetqError,
+    PermissionDenied,
+    ReadOnlyServer,
+)
 
 SyncConnection: TypeAlias = psycopg.Connection[TupleRow]
 
@@ -174,6 +180,10 @@ def wrap_errors() -> Iterator[None]:
         raise ConnectionFailed(f"database unreachable or connection lost: {exc}") from exc
     except psycopg.errors.ReadOnlySqlTransaction as exc:
         raise ReadOnlyServer(read_only_message(exc)) from exc
+    except psycopg.errors.InsufficientPrivilege as exc:
+        # a table, database or role this login may not touch: refused (exit 77), like
+        # a protocol function's own refusal, never an unexpected error (70)
+        raise PermissionDenied(str(exc.diag.message_primary or exc)) from exc
     except psycopg.Error as exc:
         raise FleetqError(f"database error: {exc}") from exc
 

@@ -5,10 +5,12 @@ here was passed by a forbidden call before migration 0030."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 
+from fleetq.cli.main import main as fleetq
 from fleetq.core import roles
 from fleetq.core.db import SyncConnection, connect
 from tests.fleet import SHA
@@ -141,3 +143,29 @@ def test_a_bulk_submit_is_capped(login: Login) -> None:
             [n, SHA],
             "FQ003",
         )
+
+
+@pytest.mark.parametrize(
+    ("kind", "argv"),
+    [
+        (roles.Kind.READER, ("roles", "list")),
+        (roles.Kind.OPERATOR, ("roles", "list")),
+        (roles.Kind.READER, ("tokens", "list")),
+        (roles.Kind.READER, ("roles", "add-reader", "evil")),
+        (roles.Kind.SUBMITTER, ("config", "show")),
+        (roles.Kind.RUNNER, ("jobs",)),
+        (roles.Kind.RUNNER, ("drain", "node-b/r2")),
+    ],
+)
+def test_every_refusal_exits_77(
+    kind: roles.Kind,
+    argv: tuple[str, ...],
+    login: Login,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A table, database or role the login may not touch exited 70, an unexpected error."""
+    subject = RUNNER if kind is roles.Kind.RUNNER else "someone"
+    extra = ("--password-file", str(tmp_path / "evil.pgpass")) if "add-reader" in argv else ()
+    code = fleetq(["--dsn", login(kind, subject), *argv, *extra])
+    assert code == 77, capsys.readouterr().err
