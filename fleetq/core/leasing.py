@@ -29,6 +29,11 @@
 8. **Cancellation is not a stop.** Cancel makes the job terminal at once and ends the
    lease, but the runner's capacity stays reserved until it confirms the stop
    (`confirm_stop`): until then the job shows "stop pending".
+9. **A row no claimant can use is refused, not raised.** Claimed rows are read one by
+   one; a row the `Claim` model does not accept (a payload that is not a JSON object,
+   written before submit refused it) is ended `refused` with the reason under its own
+   token before the claim returns (`Claims.refused`). Raising instead stopped every
+   runner of the lane at each claim of that job, and took the rest of its batch along.
 
 Exactly-once holds only for effects written in the same transaction as the outcome; see
 docs/guarantees.md for what the fencing token does and does not buy.
@@ -38,8 +43,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from fleetq.core import queries
 from fleetq.core.driver import Driver
@@ -50,10 +59,12 @@ from fleetq.core.models import (
     HeartbeatResult,
     JobId,
     JobWrite,
+    Outcome,
     OutcomeReport,
     ReapResult,
     RunnerId,
     StartReport,
+    Unusable,
     WriteStatus,
 )
 from fleetq.core.validation import payload as payload_json
@@ -67,17 +78,99 @@ def check(status: WriteStatus | str, *, job_id: int, token: int, write: str) -> 
     return answer
 
 
+class Claims(list[Claim]):
+    """The jobs a claim took that can run, in claim order; `refused` are the jobs it
+    took and could not use, already ended `refused` under their tokens (protocol §9)."""
+
+    def __init__(self, claims: Iterable[Claim] = (), refused: Iterable[Unusable] = ()) -> None:
+        super().__init__(claims)
+        self.refused = list(refused)
+
+    @property
+    def taken(self) -> int:
+        """Every job the claim took, usable or not: what its `limit` counted."""
+        return len(self) + len(self.refused)
+
+
+def parse_claim(row: Mapping[str, Any]) -> Claim | Unusable:
+    """A claimed row as a `Claim`, or as `Unusable` saying why it cannot be one."""
+    try:
+        return Claim.model_validate(row)
+    except ValidationError as exc:
+        problems = "; ".join(_problem(error) for error in exc.errors(include_url=False))
+        return Unusable(
+            job_id=JobId(int(row["job_id"])),
+            lease_version=FencingToken(int(row["lease_version"])),
+            reason=f"unusable job: {problems}"[:500],
+        )
+
+
+def _problem(error: ErrorDetails) -> str:
+    """One validation error in words, naming the value's JSON type but never the value
+    (a payload may hold secrets)."""
+    field = ".".join(str(part) for part in error["loc"]) or "row"
+    if error["type"] == "dict_type":
+        return f"{field} must be a JSON object, not {_json_kind(error['input'])}"
+    return f"{field}: {error['msg']} (got {_json_kind(error['input'])})"
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+async def _usable(driver: Driver, runner: RunnerId, rows: Sequence[Mapping[str, Any]]) -> Claims:
+    """Claimed rows read one by one; those that cannot be used are refused now."""
+    parsed = [parse_claim(row) for row in rows]
+    claims = Claims(
+        (c for c in parsed if isinstance(c, Claim)), (u for u in parsed if isinstance(u, Unusable))
+    )
+    if claims.refused:
+        # a stale answer needs nothing more: whoever holds the lease now meets the row
+        await refuse(driver, runner=runner, unusable=claims.refused)
+    return claims
+
+
+async def refuse(driver: Driver, *, runner: RunnerId, unusable: Sequence[Unusable]) -> None:
+    """End jobs this runner holds and cannot use `refused`, each saying why."""
+    await complete_many(
+        driver,
+        runner=runner,
+        outcomes=[
+            OutcomeReport(
+                job_id=u.job_id,
+                lease_version=u.lease_version,
+                outcome=Outcome.REFUSED,
+                reason=u.reason,
+            )
+            for u in unusable
+        ],
+    )
+
+
 async def claim(
     driver: Driver, *, runner: RunnerId, lane: str, limit: int, claim_id: uuid.UUID | None = None
-) -> list[Claim]:
+) -> Claims:
     """Claim up to `limit` jobs of `lane` that this runner can run now (may be fewer, or
-    none even when the queue is not empty: locked rows are skipped)."""
+    none even when the queue is not empty: locked rows are skipped). A retry with the
+    same claim id returns what it took, and refuses its unusable jobs again (`already`)."""
     if limit < 1:
         raise InvalidInput("claim limit must be at least 1")
     rows = await driver.fetch(
         queries.sql("lease_claim"), runner, lane, limit, claim_id or uuid.uuid4()
     )
-    return [Claim.model_validate(row) for row in rows]
+    return await _usable(driver, runner, rows)
 
 
 async def announce_lane(driver: Driver, lane: str) -> None:
@@ -148,10 +241,11 @@ async def complete_and_claim(
     lane: str,
     limit: int,
     claim_id: uuid.UUID,
-) -> tuple[list[JobWrite], list[Claim]]:
+) -> tuple[list[JobWrite], Claims]:
     """`complete_many`, then a claim of up to `limit` jobs of `lane` for the room those
     outcomes free, in one transaction (a retry with the same claim id returns what the
-    first attempt took, and outcomes already written answer `already`)."""
+    first attempt took, and outcomes already written answer `already`). Unusable jobs
+    it took are refused after it, as `claim` refuses them."""
     rows = await driver.fetch(
         queries.sql("lease_complete_and_claim"),
         runner,
@@ -161,7 +255,7 @@ async def complete_and_claim(
         claim_id,
     )
     answers = [JobWrite.model_validate(r) for r in rows if r["kind"] == "outcome"]
-    claims = [Claim.model_validate(r) for r in rows if r["kind"] == "claim"]
+    claims = await _usable(driver, runner, [r for r in rows if r["kind"] == "claim"])
     return answers, claims
 
 

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any, NewType
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, JsonValue, field_validator
 
 JobId = NewType("JobId", int)
 RunnerId = NewType("RunnerId", str)  # "node/name": stable across restarts
@@ -107,6 +107,17 @@ class Claim(_Row):
     traceparent: str | None = None  # W3C trace context given at submit
 
 
+class Unusable(_Row):
+    """A job a claim took whose row this code cannot use (a payload that is not a JSON
+    object, written before submit refused one; a field this model does not accept).
+    The claim ends it `refused` with `reason` under its token, so one bad row neither
+    stops its claimant nor takes the rest of the batch down with it."""
+
+    job_id: JobId
+    lease_version: FencingToken
+    reason: str
+
+
 class HeartbeatResult(_Row):
     """One job's answer to a heartbeat."""
 
@@ -189,7 +200,9 @@ class Job(_Row):
     failure_reason: str | None
     cancelled_by: str | None
     cancel_reason: str | None = None
-    payload: dict[str, Any] = {}
+    # As stored: any JSON value. Submit accepts only an object, but rows written before
+    # it refused other values are still read, and a reader must show them, not fail.
+    payload: JsonValue = {}
     created_at: datetime
     claimed_at: datetime | None
     started_at: datetime | None

@@ -2,7 +2,9 @@
 operation. A claim is sized by the lane's free slots (the database checks memory, CPUs
 and capabilities in the same statement), retried with the same claim id after an error
 (a claim that committed is returned, not lost), and its lease's clock starts when that
-claim id was first sent (`fencing`)."""
+claim id was first sent (`fencing`). A job a claim took whose row cannot be used was
+refused by the claim itself (`leasing.Claims.refused`): logged here, never launched, and
+its room is looked for again at once."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import uuid
 from collections import Counter
 
 from fleetq.core import leasing
-from fleetq.core.models import Claim, JobId, OutcomeReport, RunnerState
+from fleetq.core.models import JobId, OutcomeReport, RunnerState
 from fleetq.runner import loops, metrics
 from fleetq.runner.base import RunnerBase, log
 from fleetq.runner.reporter import Refill
@@ -58,7 +60,7 @@ class Claiming(RunnerBase):
                 self._took(claims, lane, claimed_at, "claim")
                 if claims:
                     idle_wait = self.config.poll_interval_s
-                if len(claims) == limit:
+                if claims.taken == limit:
                     continue  # there may be more right behind
             try:
                 await asyncio.wait_for(wake.wait(), idle_wait)
@@ -68,12 +70,23 @@ class Claiming(RunnerBase):
                     idle_wait * 2, max(self.config.poll_max_s, self.config.poll_interval_s)
                 )
 
-    def _took(self, claims: list[Claim], lane: str, claimed_at: float, kind: str) -> None:
+    def _took(self, claims: leasing.Claims, lane: str, claimed_at: float, kind: str) -> None:
         """Launch what a claim took; `claimed_at` is when it was first sent, `kind` the
         claim loop's ("claim") or an outcome batch's ("refill")."""
-        metrics.CLAIMS.labels(lane).inc(len(claims))
-        if not claims:
+        metrics.CLAIMS.labels(lane).inc(claims.taken)
+        if not claims.taken:
             metrics.EMPTY_CLAIMS.labels(kind).inc()
+        for unusable in claims.refused:
+            log.warning(
+                "refused job=%d token=%d lane=%s: %s",
+                unusable.job_id,
+                unusable.lease_version,
+                lane,
+                unusable.reason,
+            )
+        if claims.refused:
+            metrics.outcome("refused").inc(len(claims.refused))
+            self.wakes[lane].set()  # their room is free again: look for more now
         for c in claims:
             self._launch(c, lane, claimed_at)
         if claims and time.monotonic() - claimed_at > self._beat_s():
@@ -107,9 +120,9 @@ class Claiming(RunnerBase):
             jobs=frozenset(job for job, ran_in in ran.items() if ran_in == lane),
         )
 
-    def _refilled(self, claims: list[Claim], refill: Refill) -> None:
+    def _refilled(self, claims: leasing.Claims, refill: Refill) -> None:
         self._took(claims, refill.lane, refill.sent, "refill")
-        if len(claims) < refill.limit:
+        if claims.taken < refill.limit:
             # the claim found the lane empty for this runner right after these jobs freed
             # their room: their ends need not wake the claim loop to look again
             self._looked_after.update(JobId(j) for j in refill.jobs)

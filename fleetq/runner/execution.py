@@ -318,7 +318,7 @@ async def _run_handler(ex: Execution, kit: Toolkit, op: Operation) -> executor.F
     """
     try:
         fn = _load_handler(op.handler or "")
-    except (ImportError, AttributeError, TypeError) as exc:
+    except Exception as exc:  # whatever its import raises: the job's to refuse, not ours
         return executor.Finished(Outcome.REFUSED, reason=f"handler {op.handler}: {exc}")
     c = ex.claim
     deadline = time.monotonic() + op.timeout_s

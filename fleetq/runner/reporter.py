@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from fleetq.core import leasing
 from fleetq.core.driver import Driver
 from fleetq.core.errors import FleetqError
-from fleetq.core.models import Claim, JobWrite, Outcome, OutcomeReport, RunnerId, WriteStatus
+from fleetq.core.models import JobWrite, Outcome, OutcomeReport, RunnerId, WriteStatus
 from fleetq.runner import metrics
 from fleetq.runner.loops import Backoff, environmental, transient, wait_or
 
@@ -51,7 +51,7 @@ class Refill:
 
 
 RefillFor = Callable[[list[OutcomeReport]], "Refill | None"]
-Refilled = Callable[[list[Claim], Refill], None]
+Refilled = Callable[[leasing.Claims, Refill], None]
 
 
 class Reporter:

@@ -44,6 +44,7 @@ from fleetq.core.models import (
     RunnerId,
     RunnerState,
     StartReport,
+    Unusable,
 )
 from fleetq.runner import executor, identity, loops, metrics, orphans
 from fleetq.runner.base import log
@@ -571,7 +572,15 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             log.warning("not adopting job=%d: its lease moved on; run killed", entry.job_id)
             return
         (row,) = rows
-        claim = Claim.model_validate({**row, "job_id": row["id"]})
+        claim = leasing.parse_claim({**row, "job_id": row["id"]})
+        if isinstance(claim, Unusable):
+            # a row no claim can use (its run began before the row went bad, or under a
+            # version that read it otherwise): the run may not go on, and the job ends
+            await asyncio.to_thread(orphans.kill_run, entry.run_id)
+            await leasing.refuse(self.driver, runner=self.runner, unusable=[claim])
+            self.kit.journal.ended(entry.job_id, entry.token)
+            log.warning("refused job=%d token=%d: %s", claim.job_id, entry.token, claim.reason)
+            return
         ex = Execution(
             claim=claim, lane=row["lane"], known_run_id=uuid.UUID(entry.run_id), pid=entry.pid
         )

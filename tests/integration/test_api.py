@@ -9,6 +9,7 @@ each rule a login is held to (test_roles.py) is checked here over HTTP too.
 from __future__ import annotations
 
 import contextlib
+import json
 import queue
 import re
 import subprocess
@@ -527,3 +528,20 @@ def _nested_body(depth: int) -> bytes:
     return (
         f'{{"project": "webapp", "operation": "unit", "commit": "{SHA}", "payload": {payload}}}'
     ).encode()
+
+
+@pytest.mark.parametrize("stored", ["[1,2,3]", '"text"', "null", "42"])
+def test_a_job_whose_payload_is_not_an_object_is_still_read(
+    api: httpx.Client, token: Token, admin: SyncConnection, sha: str, stored: str
+) -> None:
+    """Rows written before submit refused such payloads (issue 41): answered 500."""
+    ci = _auth(token("submitter", "ci-bot"))
+    job = api.post("/v1/jobs", json=_job(commit=sha, payload={"n": 1}), headers=ci).json()
+    admin.execute(
+        "UPDATE fleetq.jobs SET payload = $2::text::jsonb WHERE id = $1", [job["job_id"], stored]
+    )
+    read = api.get(f"/v1/jobs/{job['job_id']}", headers=ci)
+    assert read.status_code == 200, read.text
+    assert read.json()["payload"] == json.loads(stored)
+    result = api.get(f"/v1/results/webapp/{sha}", headers=ci)
+    assert result.status_code == 200 and result.json()["status"] == "pending", result.text
