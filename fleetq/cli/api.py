@@ -101,6 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
         limit_concurrency=args.max_connections,
         timeout_keep_alive=5,
         server_header=False,
+        use_colors=False,  # stderr is escaped (cli/output.terminal): colour codes would show
     )
     print(f"fleetq api: listening on http://{shown}:{bound} (OpenAPI at /docs)", flush=True)
     uvicorn.Server(config).run(sockets=[sock])

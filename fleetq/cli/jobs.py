@@ -173,7 +173,8 @@ def _do_submit(args: argparse.Namespace) -> int:
         print(f"job {answer.job_id} queued (priority class {answer.priority_class})")
     else:
         print(
-            f"job {answer.job_id} already exists for key {args.key!r} (state {answer.state}); "
+            f"job {answer.job_id} already exists for key '{escape(args.key)}' "
+            f"(state {answer.state}); "
             "nothing new was queued"
         )
     if answer.created:
@@ -295,7 +296,7 @@ def _warn_if_nobody_can(args: argparse.Namespace, job: JobId) -> None:
     if explained.never and explained.runners:
         print(
             f"warning: no registered runner could ever run job {job} "
-            f"({explained.summary()}); it waits until one that can registers "
+            f"({escape(explained.summary())}); it waits until one that can registers "
             f"(fleetq explain {job})",
             file=sys.stderr,
         )
@@ -380,7 +381,7 @@ def _do_result(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(answers)
     elif not answers:
-        print(f"nothing was ever asked of {args.project} at {args.commit}")
+        print(f"nothing was ever asked of {escape(args.project)} at {escape(args.commit)}")
     else:
         print(
             table(
@@ -394,7 +395,7 @@ def _do_result(args: argparse.Namespace) -> int:
     if args.verbose and not args.json:
         for a in answers:
             if a.log_tail:
-                print(f"\n── {a.operation}: the end of its output (job {a.job_id}) ──")
+                print(f"\n── {escape(a.operation)}: the end of its output (job {a.job_id}) ──")
                 print(escape(a.log_tail.rstrip("\n"), one_line=False))
     statuses = {a.status for a in answers}
     if not answers or statuses & {"live", "none"}:
@@ -513,7 +514,7 @@ def _do_explain(args: argparse.Namespace) -> int:
             f"job {args.job_id} is waiting on {', '.join(map(str, job.waiting_on))}: no runner "
             "takes it before they have succeeded; then, as now:"
         )
-    print(explained.summary())
+    print(escape(explained.summary()))  # it names capabilities, nodes, lanes: untrusted
     if explained.never and explained.runners:
         print("no registered runner could ever run it: it waits until one that can registers")
     if explained.runners:

@@ -27,7 +27,8 @@ from fleetq.cli import (
     stats,
     tokens,
 )
-from fleetq.core.errors import FleetqError
+from fleetq.cli.output import terminal
+from fleetq.core.errors import ConfigError, FleetqError
 from fleetq.core.text import escape
 
 
@@ -120,17 +121,25 @@ def _command_name(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command. An error is one line on stderr (its untrusted text escaped) and
-    an exit status from `exits` by kind; no traceback reaches a user unless -v asks."""
-    args = parse(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    """Run one command, writing nothing a terminal acts on (`output.terminal`). An error
+    is one line on stderr (its untrusted text escaped) and an exit status from `exits`
+    by kind; no traceback reaches a user unless -v asks."""
+    with terminal():
+        args = parse(argv)
+        logging.basicConfig(
+            level=logging.INFO if args.verbose else logging.WARNING,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except FleetqError as exc:
-        print(f"fleetq: error: {escape(exc, one_line=False)}", file=sys.stderr)
+        # one line, whatever it quotes; a fleet file's problems are one a line
+        one_line = not isinstance(exc, ConfigError)
+        print(f"fleetq: error: {escape(exc, one_line=one_line)}", file=sys.stderr)
         return exits.for_error(exc)
     except KeyboardInterrupt:
         print(f"fleetq: interrupted{getattr(args, 'interrupted_note', '')}", file=sys.stderr)

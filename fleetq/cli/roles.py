@@ -11,6 +11,7 @@ from fleetq.cli.exits import Exit
 from fleetq.cli.output import emit_json, table
 from fleetq.core import migrate, roles
 from fleetq.core.db import connect, resolve_dsn
+from fleetq.core.text import escape
 
 _WHAT = {
     roles.Kind.RUNNER: ("NODE/NAME", "a runner login: it acts only as this runner id"),
@@ -82,7 +83,7 @@ def _add(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(created)
         return 0
-    print(f"login {created.login.role_name}: {kind.value} {args.subject}")
+    print(f"login {escape(created.login.role_name)}: {kind.value} {escape(args.subject)}")
     print(f"password written to {created.password_file} (mode 0600); this DSN reads it:")
     print(created.dsn)
     return 0
@@ -104,5 +105,6 @@ def _remove(args: argparse.Namespace) -> int:
         migrate.require_current(conn)
         removed = roles.remove(conn, args.login)
         conn.commit()
-    print(f"login {args.login} dropped" if removed else f"no fleetq login named {args.login}")
+    login = escape(args.login)
+    print(f"login {login} dropped" if removed else f"no fleetq login named {login}")
     return Exit.OK if removed else Exit.DATA

@@ -108,5 +108,5 @@ def _do_state(args: argparse.Namespace) -> int:
             d, runner=args.runner, state=state, reason=args.reason, actor=actor(args)
         ),
     )
-    print(f"runner {args.runner} is now {written}")
+    print(f"runner {escape(args.runner)} is now {written}")
     return 0

@@ -123,7 +123,7 @@ def _apply(args: argparse.Namespace) -> int:
             return 0
         for c in changes:
             if c.kind == configview.ChangeKind.RESET:
-                print(f"warning: {c.describe()}", file=sys.stderr)
+                print(f"warning: {escape(c.describe())}", file=sys.stderr)
         summary = config.apply(conn, loaded, source=args.file)
     if args.json:
         emit_json(summary)

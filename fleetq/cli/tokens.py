@@ -13,6 +13,7 @@ from fleetq.cli.output import emit_json, table
 from fleetq.core import migrate, tokens
 from fleetq.core.db import connect, resolve_dsn
 from fleetq.core.roles import Kind
+from fleetq.core.text import escape
 
 
 def register(commands: Commands) -> None:
@@ -111,5 +112,6 @@ def _revoke(args: argparse.Namespace) -> int:
         migrate.require_current(conn)
         revoked = tokens.revoke(conn, args.name)
         conn.commit()
-    print(f"token {args.name} revoked" if revoked else f"no token named {args.name}")
+    name = escape(args.name)
+    print(f"token {name} revoked" if revoked else f"no token named {name}")
     return Exit.OK if revoked else Exit.DATA

@@ -42,7 +42,7 @@ from fleetq.console.messages import (
     OpenJob,
 )
 from fleetq.console.source import Source
-from fleetq.console.text import clean
+from fleetq.console.text import escape
 from fleetq.console.views.detail import DetailView
 from fleetq.console.views.events import EventsView
 from fleetq.console.views.jobs import JobsView, parse_filter
@@ -343,7 +343,7 @@ class ConsoleApp(App[None]):
             self.stale_since = health.stale_since
             self.outages += 1
             self.notify(
-                clean(health.why) or "connection lost",
+                escape(health.why) or "connection lost",
                 title="stale",
                 severity="warning",
                 markup=False,
@@ -399,7 +399,9 @@ class ConsoleApp(App[None]):
         """Switch to a view (and read it now)."""
         if name not in VIEWS:
             self.notify(
-                f"no view named {clean(name)!r}: {', '.join(VIEWS)}", severity="error", markup=False
+                f"no view named '{escape(name)}': {', '.join(VIEWS)}",
+                severity="error",
+                markup=False,
             )
             return
         if remember and name != self.current:
@@ -459,7 +461,7 @@ class ConsoleApp(App[None]):
                 try:
                     where = parse_filter(" ".join(words[1:]))
                 except ValueError as exc:
-                    self.notify(clean(str(exc)), title=":jobs", severity="error", markup=False)
+                    self.notify(escape(str(exc)), title=":jobs", severity="error", markup=False)
                     return
                 self._show_jobs(where)
             elif words and words[-1].isdigit() and words[0] in ("job", "detail", words[-1]):
@@ -629,25 +631,25 @@ class ConsoleApp(App[None]):
         if current == target or (target == RunnerState.DRAINING and current == RunnerState.DRAINED):
             # nothing to change, and an operator's recorded reason must not be overwritten
             self.notify(
-                f"{clean(runner)} is already {current.value}", severity="warning", markup=False
+                f"{escape(runner)} is already {current.value}", severity="warning", markup=False
             )
             return
         if target == RunnerState.ACTIVE and current is None:
-            self.notify(f"{clean(runner)} is offline", severity="warning", markup=False)
+            self.notify(f"{escape(runner)} is offline", severity="warning", markup=False)
             return
         if target == RunnerState.DRAINING:
             self._preview_drain(runner)
             return
         verb = "Resume" if target == RunnerState.ACTIVE else "Pause"
         body = Text(f"{verb} runner ")
-        body.append(clean(runner), style="bold")
+        body.append(escape(runner), style="bold")
         body.append(f": {RUNNER_EFFECTS[target]}.")
 
         def answered(yes: bool | None) -> None:
             if yes and self._acting_allowed("runner_state"):
                 self._set_runner_state(runner, target, f"{verb.lower()}d in console")
 
-        self.push_screen(Confirm(f"{verb} {clean(runner)}?", body), answered)
+        self.push_screen(Confirm(f"{verb} {escape(runner)}?", body), answered)
 
     @work(group="act", exit_on_error=False)
     async def _preview_drain(self, runner: str) -> None:
@@ -683,7 +685,7 @@ class ConsoleApp(App[None]):
             return
         if (chosen.paused_at is not None) == paused:
             self.notify(
-                f"schedule {clean(chosen.name)} is already {'paused' if paused else 'firing'}",
+                f"schedule {escape(chosen.name)} is already {'paused' if paused else 'firing'}",
                 severity="warning",
                 markup=False,
             )
@@ -691,14 +693,14 @@ class ConsoleApp(App[None]):
         name = chosen.name
         if not paused:
             body = Text("Resume schedule ")
-            body.append(clean(name), style="bold")
+            body.append(escape(name), style="bold")
             body.append(": it fires from the next tick on; the ticks of the pause are not fired.")
 
             def confirmed(yes: bool | None) -> None:
                 if yes and self._acting_allowed("runner_state"):
                     self._pause_schedule(name, False, "")
 
-            self.push_screen(Confirm(f"Resume {clean(name)}?", body), confirmed)
+            self.push_screen(Confirm(f"Resume {escape(name)}?", body), confirmed)
             return
 
         def reasoned(reason: str | None) -> None:
@@ -707,7 +709,7 @@ class ConsoleApp(App[None]):
 
         self.push_screen(
             ReasonForm(
-                f"Pause schedule {clean(name)}",
+                f"Pause schedule {escape(name)}",
                 "It fires nothing until resumed; jobs it fired already are untouched.",
                 "Pause",
             ),
@@ -728,7 +730,7 @@ class ConsoleApp(App[None]):
     @while_open
     def _acted(self, acted: Acted) -> None:
         self.notify(
-            clean(acted.summary), severity="error" if acted.error else "information", markup=False
+            escape(acted.summary), severity="error" if acted.error else "information", markup=False
         )
         if not acted.error:
             self.post_message(Hint())
@@ -757,7 +759,7 @@ def _why(text: str) -> str:
     ):
         if needle in low:
             return words
-    return clean(text).split("\n")[0][:80]
+    return escape(text.split("\n")[0])[:80]
 
 
 VIEWS_TITLE = {

@@ -2,9 +2,9 @@
 
 Everything a job produced or a submitter typed (names, reasons, payloads, log tails) is
 untrusted: it is shown as plain `Text`, never parsed as Rich markup (so `[/bold]` in a
-log is just those characters), and terminal control sequences are stripped first (an
-escape sequence in a job's output must not move the operator's cursor or retitle the
-window).
+log is just those characters), and through `fleetq.core.text.escape`, as the CLI shows
+it: a control character, CR/LF or bidi override is shown as text (`\\x1b`, `\\n`), so it
+neither acts on the operator's terminal nor starts a line of its own.
 """
 
 from __future__ import annotations
@@ -14,19 +14,27 @@ from datetime import datetime
 
 from rich.text import Text
 
-from fleetq.core.text import clean as clean  # re-exported: the views import it from here
+from fleetq.core.text import escape as escape  # re-exported: the views import it from here
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 
 
 def plain(value: object, style: str = "") -> Text:
-    """Untrusted `value` as literal text in `style` (no markup is interpreted)."""
-    return Text(clean(value), style=style, no_wrap=True, overflow="ellipsis")
+    """Untrusted `value` as literal text in `style`, on one line (escaped; no markup is
+    interpreted)."""
+    return Text(escape(value), style=style, no_wrap=True, overflow="ellipsis")
+
+
+def lines(value: object) -> list[str]:
+    """Untrusted multi-line text (a job's output) as its lines, each escaped: a lone CR
+    is shown (`\\r`), not taken for a line break (as `str.splitlines` would)."""
+    text = "" if value is None else str(value).replace("\r\n", "\n").removesuffix("\n")
+    return [escape(line) for line in text.split("\n")] if text else []
 
 
 def one_line(value: object, width: int = 60) -> str:
-    """Cleaned, newlines folded, cut to `width` characters."""
-    text = " ".join(clean(value).split())
+    """Escaped (a line break shows as `\\n`), runs of spaces folded, cut to `width`."""
+    text = " ".join(escape(value).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

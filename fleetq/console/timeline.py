@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from rich.text import Text
 
-from fleetq.console.text import clean, duration
+from fleetq.console.text import duration, escape
 from fleetq.core.views import ExecutionRow, JobDetail
 
 LABEL = 24
@@ -129,7 +129,7 @@ def render(detail: JobDetail, width: int) -> list[Text]:
     lines = [_axis(t0, t1, axis)]
     for lane in rows:
         line = Text(f"t{lane.token} ", style="bold")
-        line.append(clean(lane.runner)[: LABEL - len(line) - 1].ljust(LABEL - len(line)))
+        line.append(escape(lane.runner)[: LABEL - len(line) - 1].ljust(LABEL - len(line)))
         cells = [" "] * axis
         styles = [""] * axis
         start = col(lane.claimed) if lane.claimed else 0

@@ -15,7 +15,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Input, Static
 
 from fleetq.console import timeline
-from fleetq.console.text import age, duration, one_line, plain, state
+from fleetq.console.text import age, duration, lines, one_line, plain, state
 from fleetq.console.views.table import Cell, Table, sync
 from fleetq.core.models import Event, JobState
 from fleetq.core.views import JobDetail
@@ -239,15 +239,16 @@ def budgets(detail: JobDetail) -> Text:
 def _output(detail: JobDetail, search: str = "") -> Text:
     """The runs' newest shipped output (a cancelled or fenced run keeps its partial
     output), else the verdict's recorded tail; with `search`, only the lines holding it.
-    Untrusted: shown as plain text."""
+    Untrusted: shown as plain text, each line escaped (the search reads it as shown)."""
     runs = detail.runs_output
     needle = search.lower()
 
-    def found(lines: list[str]) -> list[str]:
-        return [line for line in lines if needle in line.lower()] if needle else lines
+    def found(text: str | None) -> list[str]:
+        shown = lines(text)
+        return [line for line in shown if needle in line.lower()] if needle else shown
 
     if not runs:
-        tail = found((detail.output or "").splitlines())[-12:]
+        tail = found(detail.output)[-12:]
         if not tail:
             what = f"no output line holds {search!r}" if needle else "no output recorded"
             return Text(what, style="dim")
@@ -257,13 +258,13 @@ def _output(detail: JobDetail, search: str = "") -> Text:
         text.append(f"lines holding {search!r} (Esc shows all)\n", style="bold")
     for i, run in enumerate(runs):
         newest = i == len(runs) - 1
-        lines = found(run.text.splitlines())
+        shown = found(run.text)
         keep = OUTPUT_LINES if newest or needle else 5
-        more = len(lines) > keep or run.cut
+        more = len(shown) > keep or run.cut
         text.append(f"── run t{run.token}", style="bold")
         text.append(" (earlier lines not shown)" if more else "", style="dim")
         text.append(" ──\n", style="bold")
-        text.append_text(Text("\n").join(plain(line) for line in lines[-keep:]))
+        text.append_text(Text("\n").join(plain(line) for line in shown[-keep:]))
         if not newest:
             text.append("\n")
     return text

@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
 from fleetq.console.messages import OpenJob
-from fleetq.console.text import age, clean, duration, one_line, plain, state
+from fleetq.console.text import age, duration, escape, one_line, plain, state
 from fleetq.console.views.table import Cell, Row, Table, selected_key, sync, visible_keys
 from fleetq.core.eligibility import Explanation
 from fleetq.core.models import Job, JobId, JobState
@@ -228,7 +228,7 @@ class JobsView(Vertical):
         elif job.retry_at is not None:
             why = Text(
                 f"attempt {job.attempts} at {job.retry_at:%H:%M:%S}, after "
-                f"{job.failure_reason or 'a failure'}",
+                f"{one_line(job.failure_reason or 'a failure', 70)}",
                 style="yellow",
             )
         elif job.waiting_on:
@@ -307,7 +307,7 @@ class JobsView(Vertical):
         try:
             where = parse_filter(event.value)
         except ValueError as exc:
-            self.notify(clean(str(exc)), title="filter", severity="error", markup=False)
+            self.notify(escape(str(exc)), title="filter", severity="error", markup=False)
             return
         self.where = where
         self.remove_class("filtering")

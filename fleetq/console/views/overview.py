@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
 
-from fleetq.console.text import STATE_STYLES, age, duration, plain, sparkline, state
+from fleetq.console.text import STATE_STYLES, age, duration, escape, plain, sparkline, state
 from fleetq.console.views.lanes import HISTORY, show_lanes
 from fleetq.console.views.table import Cell, Table, sync
 from fleetq.core.models import Event
@@ -35,7 +35,8 @@ def alert_strip(overview: Overview, now: datetime) -> Text:
         text.append("▲ open overlap: ", style="bold red")
         text.append(
             f"job {window.job_id} runs twice (t{window.older_token} on "
-            f"{window.older_runner}, t{window.newer_token} on {window.newer_runner}) "
+            f"{escape(window.older_runner)}, t{window.newer_token} on "
+            f"{escape(window.newer_runner)}) "
             f"for {duration(window.seconds(now))}\n"
         )
     if alerts.stops_pending:

@@ -6,18 +6,27 @@ from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 from rich.cells import cell_len
-from rich.text import Text
+from rich.text import Text, TextType
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
-from textual.widgets.data_table import RowKey
+from textual.widgets.data_table import ColumnKey, RowKey
+
+from fleetq.console.text import escape
 
 Cell = Text | str
 Row = tuple[str, Sequence[Cell]]
 
 
+def literal(cell: Cell) -> Cell:
+    """A cell as DataTable should draw it: a `str` (which DataTable would parse as Rich
+    markup) becomes plain, escaped `Text`; `Text` the views built is theirs."""
+    return Text(escape(cell)) if isinstance(cell, str) else cell
+
+
 class Table(DataTable[Cell]):
     """A DataTable with the movement keys of k9s, less and vi: j/k, g/Home to the first
-    row, G/End to the last (DataTable's own Home and End scrolled sideways)."""
+    row, G/End to the last (DataTable's own Home and End scrolled sideways). Its cells
+    are never markup: a `[` in a name is a `[` (`literal`)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "cursor_down", "Down", show=False),
@@ -33,6 +42,25 @@ class Table(DataTable[Cell]):
         came out at the new ones, until a resize redrew it (test_table.py)."""
         super()._update_dimensions(new_rows)
         self._clear_caches()
+
+    def add_row(
+        self,
+        *cells: Cell,
+        height: int | None = 1,
+        key: str | None = None,
+        label: TextType | None = None,
+    ) -> RowKey:
+        return super().add_row(*map(literal, cells), height=height, key=key, label=label)
+
+    def update_cell(
+        self,
+        row_key: RowKey | str,
+        column_key: ColumnKey | str,
+        value: Cell,
+        *,
+        update_width: bool = False,
+    ) -> None:
+        super().update_cell(row_key, column_key, literal(value), update_width=update_width)
 
     def action_first_row(self) -> None:
         if self.row_count:
@@ -57,7 +85,8 @@ def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
         columns = list(table.columns.items())
         for key, cells in rows:
             old = table.get_row(key)
-            for (column, spec), before, after in zip(columns, old, cells, strict=False):
+            for (column, spec), before, shown in zip(columns, old, cells, strict=False):
+                after = literal(shown) if isinstance(table, Table) else shown
                 if before != after:
                     # Re-measuring a column is costly (a relayout): only when it must grow.
                     wider = spec.auto_width and _width(after) > spec.content_width
