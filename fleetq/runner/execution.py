@@ -233,9 +233,9 @@ async def _run_command(
     except StagingFailed as exc:
         await _record(ex, kit, executor.Finished(Outcome.REFUSED, reason=str(exc)))
         return
-    env = _job_env(ex, kit)
+    user_env: dict[str, str] = {}
     if user is not None:
-        env |= user.environment(await asyncio.to_thread(_give, kit, tree, user))
+        user_env = user.environment(await asyncio.to_thread(_give, kit, tree, user))
     prepare_ms = int((time.monotonic() - t0) * 1000)
     if ex.stop.is_set():
         # cancelled, superseded or self-fenced while its tree was being staged: nothing
@@ -258,7 +258,8 @@ async def _run_command(
             finished = await executor.run_command(
                 op.command or "",
                 cwd=tree,
-                env=executor.job_environment(env),
+                # read inside the run's span: TRACEPARENT names it as the job's parent
+                env=executor.job_environment(_job_env(ex, kit) | user_env),
                 timeout_s=op.timeout_s,
                 log_path=log_path,
                 on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms),
