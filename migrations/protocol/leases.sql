@@ -232,8 +232,9 @@ BEGIN
         UPDATE fleetq.jobs j
         SET lease_expires_at = clock_timestamp() + v_lease
         FROM unnest(p_jobs, p_versions) AS i(id, version)
+        -- the locked rows are this runner's leases under the tokens it named (the
+        -- owner and token guard is the lock's WHERE above)
         WHERE j.id = i.id AND j.id = ANY (coalesce(v_locked, '{}'))
-          AND j.lease_owner = p_runner AND j.lease_version = i.version
           AND j.state IN ('claimed', 'running')
         RETURNING j.id, j.lease_expires_at
     )
