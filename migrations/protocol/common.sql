@@ -118,3 +118,17 @@ BEGIN
     END IF;
 END;
 $function$;
+
+-- Whether a claim granted `p_runner` the job under token `p_version`: its 'claimed'
+-- event, which only a claim writes (runner_note refuses any other kind). What a runner
+-- may still write about a lease that has moved on: its run's output, its stop, a ledger
+-- entry under that token.
+CREATE OR REPLACE FUNCTION fleetq.was_granted(p_runner text, p_job bigint, p_version bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT EXISTS (SELECT 1 FROM fleetq.events e
+                   WHERE e.job_id = p_job AND e.kind = 'claimed'
+                     AND e.lease_version = p_version AND e.runner_id = p_runner)
+$function$;

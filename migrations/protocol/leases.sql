@@ -738,9 +738,7 @@ BEGIN
         IF NOT FOUND THEN
             RAISE EXCEPTION 'unknown job %', p_job USING ERRCODE = 'FQ004';
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM fleetq.events e
-                       WHERE e.job_id = p_job AND e.kind = 'claimed'
-                         AND e.lease_version = p_version AND e.runner_id = p_runner) THEN
+        IF NOT fleetq.was_granted(p_runner, p_job, p_version) THEN
             RETURN 'stale';
         END IF;
     END IF;
@@ -826,10 +824,7 @@ DECLARE
     c record;
 BEGIN
     SELECT * INTO c FROM fleetq.require(ARRAY['runner']);
-    IF c.kind = 'runner' AND NOT EXISTS (
-        SELECT 1 FROM fleetq.events e
-        WHERE e.job_id = p_job AND e.kind = 'claimed' AND e.lease_version = p_token
-          AND e.runner_id = c.subject) THEN
+    IF c.kind = 'runner' AND NOT fleetq.was_granted(c.subject, p_job, p_token) THEN
         RAISE EXCEPTION 'runner % never held job % under token %', c.subject, p_job, p_token
             USING ERRCODE = 'insufficient_privilege';
     END IF;
@@ -850,10 +845,7 @@ DECLARE
     v_runner text := fleetq.acting_runner(p_runner);
     v_keep bigint := coalesce(fleetq.setting_int('output_keep_kib'), 1024)::bigint * 1024;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM fleetq.events e
-                   WHERE e.job_id = p_job AND e.kind = 'claimed' AND e.lease_version = p_version
-                     AND e.runner_id = v_runner)
-    THEN
+    IF NOT fleetq.was_granted(v_runner, p_job, p_version) THEN
         RAISE EXCEPTION 'runner % never claimed job % under token %', v_runner, p_job,
                         p_version
             USING ERRCODE = 'insufficient_privilege';

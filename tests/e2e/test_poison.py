@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetq.core import producer
 from fleetq.core.db import SyncConnection, connect
 from fleetq.runner import orphans
+from tests.e2e import test_runner
 from tests.e2e.conftest import Repo, RunnerProcess, StartRunner, job_state, wait_until
 from tests.e2e.test_adoption import ADOPT, _launched_without_a_start_report
 
@@ -26,14 +26,7 @@ BAD_HANDLERS = {"ghost": "tests.handlers:no_such_handler", "blank": ":nothing"}
 
 
 def _submit(conn: SyncConnection, operation: str, commit: str) -> int:
-    return producer.submit_in_transaction(
-        conn,
-        project="repo",
-        operation=operation,
-        commit=commit,
-        submitted_by="tests",
-        payload={"n": 1},
-    ).job_id
+    return test_runner._submit(conn, operation, commit, payload={"n": 1})
 
 
 def _poison(conn: SyncConnection, operation: str, commit: str, payload: str) -> int:
