@@ -28,8 +28,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     start.add_argument(
         "--listen",
         metavar="HOST:PORT",
-        help="also accept TCP connections, over TLS only (a self-signed certificate made "
-        "once in the data directory; password auth), so runners on other nodes can join",
+        help="also accept TCP connections, over TLS only (served by fleetq's TLS front "
+        "beside the server; a self-signed certificate made once in the data directory; "
+        "password auth), so runners on other nodes can join",
     )
     start.add_argument("--json", action="store_true", help="machine-readable output")
     _add_show_password(start)
@@ -90,6 +91,12 @@ def _show(status: ServerStatus, as_json: bool) -> None:
         print(
             f"listen:   {status.listen}  (password in {status.home / 'password'}; "
             "--show-password prints it; remote runners: fleetq roles add-runner)"
+        )
+    if status.front_down:
+        print(
+            f"listen:   {status.front_down} is not served: its TLS front stopped "
+            f"(log: {status.home / 'log' / 'front.log'}); `fleetq server start --listen "
+            f"{status.front_down}` starts it again"
         )
     if status.certificate:
         print(f"tls:      {status.certificate} (self-signed unless replaced)")

