@@ -46,22 +46,30 @@ def per_second(count: float, seconds: float) -> float | None:
 
 
 def idle_cadence(
-    *, beat_s: float, reap_s: float, ping_s: float, poll_max_s: float, collect_s: float
+    *,
+    beat_s: float,
+    reap_s: float,
+    ping_s: float,
+    poll_max_s: float,
+    collect_s: float,
+    schedules_s: float,
 ) -> float:
     """Transactions per second one idle runner is expected to cost, from its loops'
     cadence: a heartbeat and the read of its own state per beat, a reaper pass, a ping
     of its LISTEN session, a claim poll once the polls have backed off to their longest
-    wait, and the two reads of a collection pass."""
+    wait, the two reads of a collection pass, and a look for its lanes' due ticks."""
     for name, value in (
         ("beat", beat_s),
         ("reap", reap_s),
         ("ping", ping_s),
         ("poll", poll_max_s),
         ("collection", collect_s),
+        ("schedules", schedules_s),
     ):
         if value <= 0:
             raise ValueError(f"the {name} interval must be positive, not {value}")
-    return 2 / beat_s + 1 / reap_s + 1 / ping_s + 1 / poll_max_s + 2 / collect_s
+    loops = 2 / beat_s + 1 / reap_s + 1 / ping_s + 1 / poll_max_s + 2 / collect_s
+    return loops + 1 / schedules_s
 
 
 def counter_delta(before: int, after: int, *, own: int = 0) -> int:

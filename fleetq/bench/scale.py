@@ -169,6 +169,7 @@ def _cadence_report() -> dict[str, float]:
         "reap_s": c.reap_s,
         "ping_s": c.ping_s,
         "beat_s": c.beat_s(30, 30),
+        "schedules_s": c.schedules_s,
     }
 
 
@@ -307,6 +308,7 @@ async def _idle(db: str, observer: Driver, n: int, args: argparse.Namespace) -> 
             ping_s=c.ping_s,
             poll_max_s=c.poll_max_s,
             collect_s=30,
+            schedules_s=c.schedules_s,
         ),
     )
 

@@ -16,9 +16,10 @@ What it does, and whose code does it:
   claim for the room the batch frees (`Refill`, sized as `runner.claiming` sizes it: the
   same transaction); a job whose refill found the lane empty does not wake the loop;
 - the periodic passes with the runner's own intervals: heartbeat (`leasing.heartbeat` and
-  the read of its own state) every beat, the reaper pass (and, for its leader, the
-  schedules' due ticks), the collection pass's two reads every lease, a ping of the
-  LISTEN session every `control.PING_S`.
+  the read of its own state) every beat, the reaper pass, the due ticks of its lane's
+  schedules (`schedules.MinuteChecks`: a look on the first reaper-cadence pass after each
+  minute), the collection pass's two reads every lease, a ping of the LISTEN session
+  every `control.PING_S`.
 
 By design, unlike a real runner: everything goes over ONE connection (a real runner has a
 pool of up to 4 + lanes connections and a LISTEN connection of its own), so a simulated
@@ -68,6 +69,7 @@ class Cadence:
     poll_max_s: float = runner_config.DEFAULT_POLL_MAX_S
     reap_s: float = runner_config.DEFAULT_REAP_S
     ping_s: float = control.PING_S
+    schedules_s: float = schedules.MINUTE_S  # one look a minute for due ticks
 
     @staticmethod
     def beat_s(lease_s: float, offline_s: float) -> float:
@@ -141,6 +143,7 @@ class SimRunner:
         # jobs whose outcome's refill claim came back short: their end needs no new look
         self.looked_after: set[JobId] = set()
         self.lookout: asyncio.TimerHandle | None = None
+        self.schedule_checks = schedules.MinuteChecks()
         self.lease_s = 30.0
         self.offline_s = 30.0
 
@@ -218,6 +221,7 @@ class SimRunner:
             for what, interval, work in (
                 ("heartbeat", lambda: c.beat_s(self.lease_s, self.offline_s), self._heartbeat),
                 ("reap", lambda: c.reap_s, self._reap),
+                ("schedules", lambda: c.reap_s, self._schedules),
                 ("collection", lambda: self.lease_s, self._collect),
                 ("ping", lambda: c.ping_s, self._ping),
             ):
@@ -328,8 +332,10 @@ class SimRunner:
         await self.driver.fetch(queries.sql("runners_get_state"), self.runner)
 
     async def _reap(self) -> None:
-        if (await leasing.reap(self.driver)).leader:
-            await schedules.fire_due(self.driver)
+        await leasing.reap(self.driver)
+
+    async def _schedules(self) -> None:
+        await self.schedule_checks.check(self.driver, self.runner)
 
     async def _collect(self) -> None:
         await self.driver.fetch(queries.sql("lease_open_executions"), self.runner)

@@ -20,8 +20,9 @@ def register(commands: Commands) -> None:
         "       %(prog)s pause NAME --reason WHY\n       %(prog)s resume NAME",
         help="list schedules and their next fire times; pause or resume one",
         description="List the schedules of the fleet file ([schedules.NAME]): cron and time "
-        "zone, what they submit, the next tick and the last job fired. The reaper's leader "
-        "fires each tick once. `pause NAME --reason WHY` stops a schedule firing; `resume "
+        "zone, what they submit, the next tick and the last job fired. The runners of a "
+        "schedule's lane fire each tick once. `pause NAME --reason WHY` stops a schedule "
+        "firing; `resume "
         "NAME` goes on from now (the ticks of the pause are not fired).",
     )
     add_json(p)

@@ -11,9 +11,10 @@ security.md shows the table (`python -m fleetq.core.authz` prints it; a test kee
 equal).
 
 An attack is SQL with placeholders: `{own}` the caller's runner id, `{victim}` the other
-runner's, `{job}` the other runner's job (running under token 1), `{schedule}` a schedule
-with a fixed commit, `{sha}` another commit, `{lane}` the lane. None: the function reads
-or computes only, and touches no tenant's object.
+runner's, `{job}` the other runner's job (running under token 1), `{schedule}` a branch
+schedule of a lane the caller's runner does not serve (with due ticks), `{sha}` another
+commit, `{lane}` the lane the caller's runner serves. None: the function reads or computes
+only, and touches no tenant's object.
 """
 
 from __future__ import annotations
@@ -161,15 +162,27 @@ MATRIX: tuple[Entry, ...] = (
         "fleetq.reap(1000, NULL)",
         "expired leases (as the one leader of the moment)",
     ),
+    # schedules: settled by the runners of their lane, each due tick once
     _runner(
         f"fleetq.fire_schedule(text,{_TS},text)",
         "fleetq.fire_schedule('{schedule}', date_trunc('minute', clock_timestamp()), '{sha}')",
-        "a due tick of a schedule, at the schedule's commit or its branch's head",
+        "a due tick of a schedule of its lanes, at the schedule's commit (a branch's: the "
+        "head it resolved)",
     ),
     _runner(
         f"fleetq.skip_schedule(text,{_TS})",
-        "fleetq.skip_schedule('{schedule}', 'infinity')",
-        "due ticks the catch-up rule leaves unfired",
+        "fleetq.skip_schedule('{schedule}', date_trunc('minute', clock_timestamp()))",
+        "due ticks of its lanes' schedules that the catch-up rule leaves unfired",
+    ),
+    _runner(
+        f"fleetq.take_schedule_turn(text,text,{_TS})",
+        "fleetq.take_schedule_turn('{own}', '{schedule}', date_trunc('minute', clock_timestamp()))",
+        "the turn to settle a due tick of its lanes' schedules, as itself",
+    ),
+    _runner(
+        "fleetq.lane_schedules(text)",
+        "fleetq.lane_schedules('{victim}')",
+        "reads the schedules of its own lanes",
     ),
     _runner("fleetq.runner_schedules()", None, "reads the schedules in force"),
     Entry(

@@ -167,7 +167,8 @@ class ProjectConfig(_Strict):
 
 
 class ScheduleConfig(_Strict):
-    """A job fired on a cron expression by the reaper's leader (fleetq/core/schedules.py)."""
+    """A job fired on a cron expression by the runners of its operation's lane
+    (fleetq/core/schedules.py)."""
 
     cron: str = Field(min_length=1)  # five fields: minute hour day month weekday
     timezone: str = "UTC"  # an IANA zone; ticks follow its daylight-saving changes

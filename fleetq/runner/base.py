@@ -15,6 +15,7 @@ from typing import Any
 
 from fleetq.core.driver import AsyncpgDriver
 from fleetq.core.models import Claim, FencingToken, JobId, RunnerId, RunnerState
+from fleetq.core.schedules import MinuteChecks
 from fleetq.runner import loops
 from fleetq.runner.config import RunnerConfig
 from fleetq.runner.execution import Execution, Toolkit
@@ -44,6 +45,7 @@ class RunnerBase:
     offline_after_seconds: int
     exit_code: int
     displaced: bool
+    schedule_checks: MinuteChecks
     dsn: str
     dsn_names: set[str]
     session_settings: dict[str, str]

@@ -1,13 +1,14 @@
 """Keeping leases: renewal, the self-fence, stopping what this runner no longer holds,
-confirming stops, the periodic collection pass, the reaper pass, and following the
-runner's own row (pause, drain). The self-fence rule itself is in `fencing`."""
+confirming stops, the periodic collection pass, the reaper pass, the schedules of its
+lanes, and following the runner's own row (pause, drain). The self-fence rule itself is
+in `fencing`."""
 
 from __future__ import annotations
 
 import contextlib
 import time
 
-from fleetq.core import fleet, leasing, queries, schedules
+from fleetq.core import fleet, leasing, queries
 from fleetq.core.errors import NotFound, StaleLease
 from fleetq.core.models import FencingToken, JobId, RunnerState, WriteStatus
 from fleetq.runner import metrics
@@ -230,15 +231,19 @@ class LeaseKeeping(RunnerBase):
             log.info(
                 "reaped expired leases: %d requeued, %d failed", result.requeued, result.failed
             )
-        if result.leader:
-            # the leader also fires the schedules' due ticks; each tick once, whoever leads
-            for fired in await schedules.fire_due(self.driver):
-                log.info(
-                    "schedule %s fired job %d for its tick %s",
-                    fired.schedule,
-                    fired.job_id,
-                    fired.tick.isoformat(),
-                )
+
+    async def _schedules_once(self) -> None:
+        """Fire the due ticks of the schedules of this runner's lanes, looking once a
+        minute however often this pass runs (`schedules.MinuteChecks`). Every runner of a
+        lane looks, not the reaper's leader: the database lets a runner settle only the
+        schedules of its own lanes, and a tick fires once whoever fires it."""
+        for fired in await self.schedule_checks.check(self.driver, self.runner):
+            log.info(
+                "schedule %s fired job %d for its tick %s",
+                fired.schedule,
+                fired.job_id,
+                fired.tick.isoformat(),
+            )
 
     async def _follow_state(self) -> None:
         rows = await self.driver.fetch(queries.sql("runners_get_state"), self.runner)

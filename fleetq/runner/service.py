@@ -2,7 +2,8 @@
 
 Loops, each from its part: a claim loop per lane (`claiming`), the LISTEN connection
 with the lock on the runner id (`control`), the heartbeat, the self-fence, the collection
-and the reaper passes (`keeping`), and the outcome writer (`reporter`). This module holds
+and reaper passes and the schedules of its lanes (`keeping`), and the outcome writer
+(`reporter`). This module holds
 start-up, the executions' lifecycle and shutdown. Shutdown: stop claiming,
 let running jobs finish up to the grace period, stop the rest and hand their leases back
 so they are requeued at once, flush outcomes, and say offline.
@@ -30,7 +31,7 @@ from typing import Any
 import asyncpg
 
 from fleetq import __version__
-from fleetq.core import fleet, leasing, migrate, queries
+from fleetq.core import fleet, leasing, migrate, queries, schedules
 from fleetq.core.db import dsn_settings
 from fleetq.core.driver import AsyncpgDriver, connect_each_host, prepare_asyncpg, server_guard
 from fleetq.core.errors import FleetqError, StaleLease
@@ -129,6 +130,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         # another process took this runner id over (our LISTEN session was gone for a
         # while): its leases are not ours to report lost, release or mark offline
         self.displaced = False
+        self.schedule_checks = schedules.MinuteChecks()  # when it next looks for due ticks
         self._operations: dict[tuple[str, str], Operation] = {}
         self._looked_after: set[JobId] = set()  # see Claiming._refilled
         self._reading_operations: asyncio.Future[dict[tuple[str, str], Operation]] | None = None
@@ -222,6 +224,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
                 for name, interval, work in (
                     ("heartbeat", self._beat_s, self._heartbeat_once),
                     ("reap", lambda: self.config.reap_interval_s, self._reap_once),
+                    ("schedules", lambda: self.config.reap_interval_s, self._schedules_once),
                     ("self-fence", lambda: SELF_FENCE_CHECK_S, self._self_fence_once),
                     ("collection", lambda: self.lease_seconds, self._strays_once),
                 ):

@@ -1,7 +1,7 @@
 """A runner on a login of its own (issue 13): everything a runner does goes through the
 functions its group may execute, so a grant forgotten anywhere shows up here: start-up
 checks, registration, the runner-id lock, claims, start reports, the handler's locked
-transaction, outcomes, cancel and stop confirmation, shutdown."""
+transaction, outcomes, cancel and stop confirmation, its lane's schedules, shutdown."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from fleetq.core import roles
 from fleetq.core.db import connect
-from tests.e2e.conftest import Repo, StartRunner, job_state, wait_until
+from tests.e2e.conftest import Repo, StartRunner, _git, job_state, wait_until
 from tests.e2e.test_faults import _runner
 from tests.e2e.test_runner import _submit
 
@@ -77,6 +77,41 @@ def test_a_runner_login_started_as_another_runner_says_so(fleet_dsn: str, tmp_pa
         proc, log = _runner(created.dsn, tmp_path, "checks=1", node="node-b", name="r")
         assert proc.wait(timeout=30) == 1
         assert "acts as runner node-a/r only, not as node-b/r" in log.read_text()
+    finally:
+        with connect(fleet_dsn) as conn:
+            roles.remove(conn, name)
+            conn.commit()
+
+
+def test_a_runner_on_its_own_login_fires_its_lane_s_schedules(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    """Every runner fires the due ticks of its lanes' schedules (not the reaper's leader),
+    resolving a branch's head, on its first look after start."""
+    branch = _git(repo.path, "symbolic-ref", "--short", "HEAD")
+    name, created = _runner_login(fleet_dsn, tmp_path)
+    try:
+        with connect(fleet_dsn, autocommit=True) as conn:
+            conn.execute(
+                b"INSERT INTO fleetq.schedules (name, cron, project, operation, branch, "
+                b"last_tick) VALUES ('nightly', '* * * * *', 'repo', 'chatty', $1, "
+                b"clock_timestamp() - interval '1 hour')",
+                [branch],
+            )
+            runner = start_runner("node-a", "r", lanes=("checks=1",), dsn=created.dsn)
+
+            def fired() -> list[tuple[object, ...]]:
+                found = (
+                    b"SELECT commit_sha FROM fleetq.jobs WHERE submitted_by = 'schedule:nightly'"
+                )
+                return [tuple(r) for r in conn.execute(found).fetchall()]
+
+            wait_until(fired, what="the schedule's tick to fire")
+            assert fired() == [(repo.head,)]
+            wait_until(lambda: "schedule nightly fired job" in runner.output(), what="its log")
+        runner.signal(signal.SIGTERM)
+        assert runner.wait() == 0, runner.output()
+        assert "permission denied" not in runner.output().lower(), runner.output()
     finally:
         with connect(fleet_dsn) as conn:
             roles.remove(conn, name)

@@ -77,14 +77,11 @@ class Victim:
 @pytest.fixture
 def victim(sync_conn: SyncConnection) -> Victim:
     """node-b/r2 runs a job of victim-bot under token 1 (its lease an hour long, so no
-    reaper pass takes it); node-a/r1 is paused by an operator; a schedule of a fixed commit
-    has ticks due."""
-    register = (
-        b"SELECT fleetq.register_runner($1, $2, '{}', 16384, 8000, ARRAY['checks', 'control'], "
-        b"ARRAY[4, 1], 'x', 1)"
-    )
-    sync_conn.execute(register, ["node-b", "r2"])
-    sync_conn.execute(register, ["node-a", "r1"])
+    reaper pass takes it); node-a/r1, serving the checks lane only, is paused by an
+    operator; a branch schedule of the control lane has ticks due."""
+    register = b"SELECT fleetq.register_runner($1, $2, '{}', 16384, 8000, $3, $4, 'x', 1)"
+    sync_conn.execute(register, ["node-b", "r2", ["checks", "control"], [4, 1]])
+    sync_conn.execute(register, ["node-a", "r1", ["checks"], [4]])
     row = sync_conn.execute(
         b"SELECT job_id FROM fleetq.submit('tools', 'lint', $1, NULL, 'victim-key', NULL, "
         b"'victim-bot', '{}', NULL, NULL)",
@@ -105,9 +102,10 @@ def victim(sync_conn: SyncConnection) -> Victim:
     )
     sync_conn.execute(b"SELECT fleetq.set_runner_state($1, 'paused', 'disk check', 'alice')", [OWN])
     sync_conn.execute(
-        b"INSERT INTO fleetq.schedules (name, cron, project, operation, commit_sha, last_tick) "
-        b"VALUES ($1, '* * * * *', 'tools', 'lint', $2, clock_timestamp() - interval '1 hour')",
-        [SCHEDULE, SHA],
+        b"INSERT INTO fleetq.schedules (name, cron, project, operation, branch, last_tick) "
+        b"VALUES ($1, '* * * * *', 'webapp', 'notify', 'main', "
+        b"clock_timestamp() - interval '1 hour')",
+        [SCHEDULE],
     )
     return Victim(job)
 
@@ -130,7 +128,8 @@ def fingerprint(conn: SyncConnection, job: int) -> tuple[object, ...]:
         b"  FROM fleetq.runners),"
         b" (SELECT array_agg(row(name, holder_pid)::text ORDER BY name) "
         b"  FROM fleetq.coordination WHERE name LIKE 'runner:%'),"
-        b" (SELECT row(last_tick, paused_at)::text FROM fleetq.schedules WHERE name = $3),"
+        b" (SELECT row(last_tick, paused_at, resolving_by)::text FROM fleetq.schedules "
+        b"  WHERE name = $3),"
         b" (SELECT count(*) FROM fleetq.schedule_ticks)",
         [job, OWN, SCHEDULE],
     ).fetchone()

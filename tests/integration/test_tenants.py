@@ -1,6 +1,7 @@
 """Each party acts only as itself, at the entry points added after the core (issue 41):
-a runner's notes, its own state, idempotency keys, and what a submit may carry. Each test
-here was passed by a forbidden call before migration 0030."""
+a runner's notes, its own state, the schedules of its lanes, idempotency keys, and what a
+submit may carry. Each test here was passed by a forbidden call before migration 0030 (the
+schedules': before 0031)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from fleetq.cli.main import main as fleetq
 from fleetq.core import roles
 from fleetq.core.db import SyncConnection, connect
-from tests.fleet import SHA
+from tests.fleet import OTHER_SHA, SHA
 from tests.integration.conftest import Login
 
 RUNNER = "node-a/r1"
@@ -73,6 +74,68 @@ def test_a_runner_may_drain_itself_never_resume_or_pause(
         _refused(as_runner, state, [RUNNER, forbidden], "42501")
     row = as_runner.execute(state.encode(), [RUNNER, "draining"]).fetchone()
     assert row == ("drained",)  # it holds nothing
+
+
+OTHER_LANE = "node-b/r2"  # a runner of the control lane only
+DUE = "date_trunc('minute', clock_timestamp())"
+NOT_DUE = ("'infinity'", f"{DUE} + interval '1 hour'", "clock_timestamp() - interval '1 second'")
+
+
+def _schedule(conn: SyncConnection, commit: str | None) -> None:
+    """`nightly`, of tools/lint (the checks lane), at a fixed commit or main's head, with
+    ticks due."""
+    conn.execute(
+        b"INSERT INTO fleetq.schedules (name, cron, project, operation, commit_sha, branch, "
+        b"last_tick) VALUES ('nightly', '* * * * *', 'tools', 'lint', $1, $2, "
+        b"clock_timestamp() - interval '1 hour')",
+        [commit, None if commit else "main"],
+    )
+
+
+@pytest.mark.parametrize("commit", [None, SHA], ids=["branch", "fixed"])
+def test_only_a_runner_of_the_schedule_s_lane_settles_it(
+    login: Login, as_runner: SyncConnection, sync_conn: SyncConnection, commit: str | None
+) -> None:
+    """Any runner login, another tenant's of another lane included, fired a due tick of a
+    branch schedule at a commit of its choosing, the verdict then that commit's (issue 41,
+    finding 6); a fixed schedule's it fired or skipped at will."""
+    _schedule(sync_conn, commit)
+    sync_conn.execute(
+        b"SELECT fleetq.register_runner('node-b', 'r2', '{}', 16384, 8000, ARRAY['control'], "
+        b"ARRAY[1], 'x', 1)"
+    )
+    with connect(login(roles.Kind.RUNNER, OTHER_LANE), autocommit=True) as other:
+        fire = f"SELECT * FROM fleetq.fire_schedule('nightly', {DUE}, $1)"
+        _refused(other, fire, [OTHER_SHA], "42501")
+        _refused(other, fire, [SHA], "42501")
+        _refused(other, f"SELECT fleetq.skip_schedule('nightly', {DUE})", [], "42501")
+        turn = f"SELECT fleetq.take_schedule_turn($1, 'nightly', {DUE})"
+        _refused(other, turn, [OTHER_LANE], "42501")
+        listed = b"SELECT name FROM fleetq.lane_schedules($1)"
+        assert other.execute(listed, [OTHER_LANE]).fetchall() == []
+    assert as_runner.execute(listed, [RUNNER]).fetchall() == [("nightly",)]
+    assert as_runner.execute(turn.encode(), [RUNNER]).fetchone() == (True,)
+    row = as_runner.execute(fire.encode(), [SHA]).fetchone()
+    assert row is not None and row[1] is True
+
+
+def test_a_runner_of_the_lane_settles_due_ticks_at_the_schedule_s_commit(
+    as_runner: SyncConnection, sync_conn: SyncConnection
+) -> None:
+    """A runner of the lane decides no more than that lane's outcomes: a fixed commit stays
+    the schedule's, a tick not yet due is nobody's to settle (skipped to 'infinity', a
+    schedule was silenced for good), and its turn it takes as itself only."""
+    _schedule(sync_conn, SHA)
+    fire = "SELECT * FROM fleetq.fire_schedule('nightly', {}, $1)"
+    _refused(as_runner, fire.format(DUE), [OTHER_SHA], "42501")
+    for tick in NOT_DUE:
+        _refused(as_runner, fire.format(tick), [SHA], "42501")
+        _refused(as_runner, f"SELECT fleetq.skip_schedule('nightly', {tick})", [], "42501")
+        turn = f"SELECT fleetq.take_schedule_turn($1, 'nightly', {tick})"
+        _refused(as_runner, turn, [RUNNER], "42501")
+    _refused(as_runner, f"SELECT fleetq.take_schedule_turn($1, 'nightly', {DUE})", ["x/y"], "42501")
+    row = sync_conn.execute(b"SELECT count(*) FROM fleetq.schedule_ticks").fetchone()
+    assert row == (0,)
 
 
 def test_idempotency_keys_are_each_identity_s_own(sync_conn: SyncConnection) -> None:

@@ -48,10 +48,11 @@ def test_counter_delta_subtracts_own_reads_and_never_goes_negative() -> None:
 
 
 def test_idle_cadence_adds_up_the_runner_loops() -> None:
-    rate = figures.idle_cadence(beat_s=10, reap_s=5, ping_s=10, poll_max_s=10, collect_s=30)
-    assert rate == pytest.approx(0.2 + 0.2 + 0.1 + 0.1 + 2 / 30)
+    cadence = {"beat_s": 10, "ping_s": 10, "poll_max_s": 10, "collect_s": 30, "schedules_s": 60}
+    rate = figures.idle_cadence(reap_s=5, **cadence)
+    assert rate == pytest.approx(0.2 + 0.2 + 0.1 + 0.1 + 2 / 30 + 1 / 60)
     with pytest.raises(ValueError, match="reap"):
-        figures.idle_cadence(beat_s=10, reap_s=0, ping_s=10, poll_max_s=10, collect_s=30)
+        figures.idle_cadence(reap_s=0, **cadence)
 
 
 def test_explain_buffers_reads_the_top_node() -> None:

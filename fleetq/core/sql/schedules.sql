@@ -1,9 +1,18 @@
--- Schedules: what the reaper's leader settles, and what `fleetq schedules` shows.
+-- Schedules: what the runners of their lanes settle, and what `fleetq schedules` shows.
 
--- name: schedules_in_force
--- Schedules not paused, with their project's repository (through the runner's function),
--- and the database's clock: one statement per reaper pass, none more when there is none.
-SELECT s.*, clock_timestamp() AS now FROM fleetq.runner_schedules() s;
+-- name: schedules_of_lanes
+-- The schedules in force of the lanes runner $1 serves that no other runner has the turn
+-- on, with their project's repository (through the runner's function), each row with the
+-- database's clock; one row with the clock alone when there are none. One statement a
+-- minute per runner, none more when there is nothing due.
+SELECT c.now, s.*
+FROM (SELECT clock_timestamp() AS now) c
+LEFT JOIN LATERAL fleetq.lane_schedules($1::text) s ON true;
+
+-- name: schedules_take_turn
+-- Take the turn on a due tick (one runner of the lane resolves it). $1 runner,
+-- $2 schedule, $3 tick
+SELECT fleetq.take_schedule_turn($1::text, $2::text, $3::timestamptz) AS taken;
 
 -- name: schedules_fire
 -- Fire one tick: the tick's row and the job's submit in one transaction (once per tick).
