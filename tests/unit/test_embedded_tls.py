@@ -1,10 +1,10 @@
-"""The embedded server's TLS-only pg_hba and the names its certificate carries."""
+"""The embedded server's pg_hba under its TLS front, and the names its certificate carries."""
 
 from __future__ import annotations
 
 import socket
 
-from fleetq.core.embedded import certificate_names, tls_only_hba
+from fleetq.core.embedded import certificate_names, front_only_hba
 
 # initdb's lines (--auth-local=trust --auth-host=scram-sha-256), then fleetq's before TLS
 BEFORE_TLS = """\
@@ -22,14 +22,18 @@ host all all ::/0 scram-sha-256
 """
 
 
-def test_tls_only_hba_keeps_no_plain_tcp_line_and_is_idempotent() -> None:
-    after = tls_only_hba(BEFORE_TLS)
+def test_front_only_hba_keeps_one_loopback_tcp_line_and_is_idempotent() -> None:
+    """Behind the TLS front the server's one TCP line is loopback with a password: any
+    other (initdb's, fleetq's of old letting every address in, an operator's) would let
+    a client past the front in clear."""
+    after = front_only_hba(BEFORE_TLS)
+    tcp = [line.split() for line in after.splitlines() if line.startswith("host")]
+    assert tcp == [["host", "all", "all", "127.0.0.1/32", "scram-sha-256"]]
     kinds = [line.split()[0] for line in after.splitlines() if line and line[0] != "#"]
-    assert kinds == ["local", "local", "hostssl", "hostssl"]
-    assert after.count("# fleetq:") == 1
-    assert "hostssl all all 0.0.0.0/0 scram-sha-256" in after
-    assert "hostssl all all ::/0 scram-sha-256" in after
-    assert tls_only_hba(after) == after
+    assert kinds == ["local", "local", "host"]
+    assert front_only_hba(after) == after
+    after_hostssl = front_only_hba(after.replace("host all", "hostssl all"))
+    assert after_hostssl == after
 
 
 def test_certificate_names_fit_the_listen_host() -> None:
