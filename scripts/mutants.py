@@ -59,6 +59,7 @@ TESTS = (
     "tests/integration/test_api.py",
     "tests/integration/test_authz_matrix.py",
     "tests/integration/test_tenants.py",
+    "tests/integration/test_output_ring.py",
 )
 COPIED = ("fleetq", "migrations", "tests", "docs", "pyproject.toml")
 UNUSED_PLUGINS = ("textual-snapshot", "syrupy", "xdist", "xdist.looponfail", "anyio")

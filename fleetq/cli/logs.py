@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from fleetq.cli.common import Commands, job_id_arg
-from fleetq.core import migrate, queries
+from fleetq.core import migrate, output, queries
 from fleetq.core.db import SyncConnection, connect, resolve_dsn
 from fleetq.core.errors import NotFound
 from fleetq.core.models import JobState
@@ -23,9 +23,10 @@ def register(commands: Commands) -> None:
         help="a job's output, from any machine (--follow: as it runs)",
         description="A command job's output as its runner shipped it to the database (every "
         "half second while it runs, the rest before its outcome). Runs under several tokens "
-        "are shown in order, each under a header on stderr. Only the newest output_keep_kib "
-        "(a setting, default 1024) of each run are kept. Control characters are shown "
-        "escaped (\\x1b...), never sent to your terminal raw.",
+        "are shown in order, each under a header on stderr. Each run keeps its first 64 KiB "
+        "and its newest output_keep_kib (a setting, default 1024); a line on stderr says how "
+        "many bytes were dropped between them (the log on the runner's node has all). "
+        "Control characters are shown escaped (\\x1b...), never sent to your terminal raw.",
     )
     p.add_argument("job_id", type=job_id_arg, metavar="JOB")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
@@ -55,32 +56,41 @@ def _do_logs(args: argparse.Namespace) -> int:
 
 
 class _Printer:
+    """Prints chunks as they are read, a header when a run begins and a marker (on
+    stderr) where its stored output lost bytes."""
+
     def __init__(self) -> None:
         self.after = (0, -1)
+        self.end: int | None = None  # where the last chunk printed ends in its run
 
-    def show(self, rows: list[tuple[int, int, bytes]]) -> None:
-        for token, seq, data in rows:
+    def show(self, rows: list[tuple[int, int, int | None, bytes]]) -> None:
+        for token, seq, start, data in rows:
             if token != self.after[0]:
                 print(f"── run under token {token} ──", file=sys.stderr, flush=True)
-                if seq > 0:
-                    print(
-                        "── earlier output dropped (only the newest output_keep_kib are kept) ──",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                self.end = None
+                if start is None and seq > 0:  # an older runner's chunk: no offsets
+                    _note("── earlier output dropped (only the newest output_keep_kib are kept) ──")
+            if (missing := output.gap(self.end, start)) > 0:
+                _note(output.dropped_marker(missing))
             text = data.decode("utf-8", errors="replace").replace("\r\n", "\n")
             sys.stdout.write(escape(text, one_line=False))
             sys.stdout.flush()
             self.after = (token, seq)
+            self.end = None if start is None else start + len(data)
+
+
+def _note(line: str) -> None:
+    sys.stdout.flush()
+    print(line, file=sys.stderr, flush=True)
 
 
 def _read(
     conn: SyncConnection, job: int, token: int | None, after: tuple[int, int]
-) -> list[tuple[int, int, bytes]]:
+) -> list[tuple[int, int, int | None, bytes]]:
     rows = conn.execute(
         queries.sql("output_read").encode(), [job, token, after[0], after[1]]
     ).fetchall()
-    return [(int(r[0]), int(r[1]), bytes(r[3])) for r in rows]
+    return [(int(r[0]), int(r[1]), None if r[4] is None else int(r[4]), bytes(r[3])) for r in rows]
 
 
 def _state(conn: SyncConnection, job: int) -> JobState | None:

@@ -110,6 +110,11 @@ MATRIX: tuple[Entry, ...] = (
         "the output of runs it was granted",
     ),
     _runner(
+        "fleetq.append_output(text,bigint,bigint,integer,bigint,bytea)",
+        "fleetq.append_output('{own}', {job}, 1, 999, 0, 'all tests passed')",
+        "the output of runs it was granted",
+    ),
+    _runner(
         "fleetq.runner_note(text,bigint,text,bigint,jsonb)",
         "fleetq.runner_note('adoption_refused', {job}, '{own}', 1, '{{}}')",
         "an adoption_refused note on a lease it holds",
@@ -262,7 +267,9 @@ def markdown() -> str:
     for entry in sorted(MATRIX, key=lambda e: e.function):
         name = entry.function.split("(")[0].removeprefix("fleetq.")
         cells = [entry.touches.get(k, "—") for k in kinds]
-        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        row = f"| `{name}` | " + " | ".join(cells) + " |"
+        if row != lines[-1]:  # overloads that mean the same are one row
+            lines.append(row)
     return "\n".join(lines) + "\n"
 
 

@@ -832,11 +832,14 @@ BEGIN
 END;
 $function$;
 
--- Append one chunk of a run's output. Only the runner that claimed that (job, token)
--- may; the lease may have moved on since (a cancelled or fenced run's last words are
--- kept). A retried chunk (lost reply) is written once.
-CREATE OR REPLACE FUNCTION fleetq.append_output(p_runner text, p_job bigint, p_version bigint, p_seq integer, p_data bytea)
- RETURNS void
+-- Append one chunk of a run's output, which starts at byte `p_start` of it. Only the
+-- runner that claimed that (job, token) may; the lease may have moved on since (a
+-- cancelled or fenced run's last words are kept). A retried chunk (lost reply) is
+-- written once. A run keeps its head (the chunks of its first 64 KiB: what ran) and its
+-- newest chunks up to output_keep_kib; the answer is that budget in bytes, so the
+-- runner skips ahead to it when it falls behind instead of shipping what is dropped.
+CREATE OR REPLACE FUNCTION fleetq.append_output(p_runner text, p_job bigint, p_version bigint, p_seq integer, p_start bigint, p_data bytea)
+ RETURNS bigint
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -844,23 +847,37 @@ AS $function$
 DECLARE
     v_runner text := fleetq.acting_runner(p_runner);
     v_keep bigint := coalesce(fleetq.setting_int('output_keep_kib'), 1024)::bigint * 1024;
+    v_head constant bigint := 65536;
 BEGIN
     IF NOT fleetq.was_granted(v_runner, p_job, p_version) THEN
         RAISE EXCEPTION 'runner % never claimed job % under token %', v_runner, p_job,
                         p_version
             USING ERRCODE = 'insufficient_privilege';
     END IF;
-    INSERT INTO fleetq.job_output (job_id, lease_version, seq, data)
-    VALUES (p_job, p_version, p_seq, p_data)
+    INSERT INTO fleetq.job_output (job_id, lease_version, seq, start_byte, data)
+    VALUES (p_job, p_version, p_seq, p_start, p_data)
     ON CONFLICT (job_id, lease_version, seq) DO NOTHING;
-    -- keep the newest chunks whose sizes add up to at most output_keep_kib
+    -- past the head, keep the newest chunks whose sizes add up to at most the budget
     DELETE FROM fleetq.job_output o
     WHERE o.job_id = p_job AND o.lease_version = p_version
+      AND coalesce(o.start_byte, v_head) >= v_head
       AND o.seq < (SELECT coalesce(min(k.seq), 0) FROM (
                        SELECT seq, sum(octet_length(data)) OVER (ORDER BY seq DESC) AS kept
                        FROM fleetq.job_output
-                       WHERE job_id = p_job AND lease_version = p_version) k
+                       WHERE job_id = p_job AND lease_version = p_version
+                         AND coalesce(start_byte, v_head) >= v_head) k
                    WHERE k.kept <= v_keep);
     PERFORM pg_notify('fleetq_output', p_job::text);
+    RETURN v_keep;
 END;
+$function$;
+
+-- The same for runners from before chunks said where they start (migration 0032).
+CREATE OR REPLACE FUNCTION fleetq.append_output(p_runner text, p_job bigint, p_version bigint, p_seq integer, p_data bytea)
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT FROM fleetq.append_output(p_runner, p_job, p_version, p_seq, NULL::bigint, p_data)
 $function$;

@@ -107,7 +107,13 @@ async def _ran(
     )
     await leasing.report_start(driver, runner=runner, start=start)
     await output.append(
-        driver, runner=runner, job_id=job, token=claim.lease_version, seq=0, data=b"checked\n"
+        driver,
+        runner=runner,
+        job_id=job,
+        token=claim.lease_version,
+        seq=0,
+        start=0,
+        data=b"checked\n",
     )
     report = OutcomeReport(
         job_id=job,
