@@ -132,7 +132,7 @@ def diff(now: FleetConfig, wanted: FleetConfig) -> list[Change]:
             changes.append(
                 Change(kind=ChangeKind.CHANGE, path=f"settings.{name}", before=before, after=value)
             )
-    for section in ("lanes", "identities", "projects"):
+    for section in ("lanes", "identities", "projects", "schedules"):
         have: dict[str, BaseModel] = getattr(now, section)
         want: dict[str, BaseModel] = getattr(wanted, section)
         for name, entry in want.items():

@@ -169,6 +169,38 @@ def test_config_show_gives_back_a_file_that_changes_nothing(cli: Cli, tmp_path: 
     assert code == 0 and "changed nothing" in out, out
 
 
+def test_diff_and_check_see_schedules(cli: Cli, tmp_path: Path) -> None:
+    """`config diff` and `apply --check` said "nothing would change" when a schedule was
+    added or changed, and `apply` then changed it (issue 42, finding 6)."""
+    assert cli("apply", str(EXAMPLE))[0] == 0
+    nightly = (
+        '[schedules.nightly]\ncron = "0 3 * * *"\nproject = "tools"\noperation = "lint"\n'
+        'branch = "main"\n'
+    )
+    path = tmp_path / "schedule.toml"
+    path.write_text(nightly)
+    code, out, _ = cli("config", "diff", str(path))
+    assert code == 0 and "+ schedules.nightly (new)" in out and "nothing" not in out, out
+    code, out, _ = cli("apply", "--check", str(path))
+    assert code == 0 and "+ schedules.nightly (new)" in out, out
+    assert cli("apply", str(path))[0] == 0
+    changed = tmp_path / "changed.toml"
+    changed.write_text(nightly.replace("0 3", "30 4") + 'catch_up = "all"\n')
+    code, out, _ = cli("config", "diff", str(changed))
+    assert "~ schedules.nightly.cron: '0 3 * * *' -> '30 4 * * *'" in out, out
+    assert "~ schedules.nightly.catch_up: 'last' -> 'all'" in out, out
+    assert cli("apply", str(changed))[0] == 0
+    code, out, _ = cli("config", "diff", str(path))  # catch_up left out: reset
+    assert "! schedules.nightly.catch_up: not in the file, so reset from 'all'" in out, out
+    code, out, _ = cli("config", "diff", str(changed))
+    assert "schedules.nightly." not in out, out  # applied: nothing of it would change
+    code, shown, _ = cli("config", "show")
+    assert "[schedules.nightly]" in shown
+    (tmp_path / "shown.toml").write_text(shown)
+    code, out, _ = cli("config", "diff", str(tmp_path / "shown.toml"))
+    assert (code, out.strip()) == (0, "(nothing would change)"), out
+
+
 def test_a_partial_file_says_what_it_resets_and_check_asks_the_database(
     cli: Cli, tmp_path: Path
 ) -> None:
