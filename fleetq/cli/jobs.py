@@ -567,8 +567,9 @@ def _reap(commands: Commands) -> None:
     p = commands.add_parser(
         "reap",
         help="return expired leases to the queue (one pass)",
-        description="One reaper pass. Only one reaper leads at a time (advisory lock); runners "
-        "host it too, so this is for operators and cron.",
+        description="One reaper pass. Only one reaper leads at a time (it locks the reaper's "
+        "row of fleetq.coordination for the pass); runners host it too, so this is for "
+        "operators and cron.",
     )
     add_json(p)
     p.set_defaults(func=_do_reap)

@@ -19,8 +19,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     m = commands.add_parser(
         "migrate",
         help="apply pending schema migrations",
-        description="Apply pending migrations in order, each in its own transaction, under an "
-        "advisory lock (safe to run from several machines at once). A second run is a no-op.",
+        description="Apply pending migrations in order, each in its own transaction, under the "
+        "migration lock, a table lock only administrators can take (safe to run from several "
+        "machines at once: a second run waits, saying for whom, then finds nothing pending).",
     )
     m.add_argument(
         "--status",
@@ -97,13 +98,18 @@ def _migrate(args: argparse.Namespace) -> int:
         return 0 if all(r.state == migrate.MigrationState.APPLIED for r in rows) else 1
     with wrap_errors():
         protocol: list[str] = []
-        applied = migrate.migrate(dsn, on_protocol=protocol.append)
+        applied = migrate.migrate(dsn, on_protocol=protocol.append, on_wait=_say_waiting)
     for m in applied:
         print(f"applied {m.name}")
     for name in protocol:
         print(f"re-applied {name}")
     print(f"schema up to date ({len(migrate.discover())} migrations)")
     return 0
+
+
+def _say_waiting(message: str) -> None:
+    """A migrate waiting for another says so, on stderr: stdout lists what it applied."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def _kind(contract: bool) -> str:

@@ -17,9 +17,10 @@
    is never misread as a loss.
 4. **Time is the database's.** Expiry is `clock_timestamp()`-based; runners never compare
    their own clocks with `lease_expires_at`.
-5. **Expiry** (`fleetq.reap`, one leader via an advisory lock) returns expired jobs to the
-   queue and counts a reassignment; past `reassignment_cap` the job fails
-   (`reassignments_exhausted`). The next claim bumps the token.
+5. **Expiry** (`fleetq.reap`, one leader: the pass locks the `reaper` row of
+   `fleetq.coordination`, which only fleetq's functions can lock, never an advisory key)
+   returns expired jobs to the queue and counts a reassignment; past `reassignment_cap` the
+   job fails (`reassignments_exhausted`). The next claim bumps the token.
 6. **Explicit loss** (`report_lost`) requeues once, then fails with reason `lost`; expiry
    never touches that counter.
 7. **Ends on the database's clock.** A write that ends an execution (outcome, confirmed

@@ -1,24 +1,33 @@
-"""Migrations: ordered, once, under a lock, checksummed, refused when changed; and
-which databases a release runs on (its own, and ahead of it through expand migrations
-only), read the way its processes read them."""
+"""Migrations: ordered, once, under a lock only administrators can take, checksummed,
+refused when changed; and which databases a release runs on (its own, and ahead of it
+through expand migrations only), read the way its processes read them."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
 import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import psycopg
 import pytest
 
 from fleetq.cli.main import main as fleetq
-from fleetq.core import migrate
+from fleetq.core import migrate, roles
 from fleetq.core.driver import open_driver
 from fleetq.core.errors import MigrationChecksumMismatch, MigrationError, SchemaOutOfDate
 from fleetq.core.migrate import MigrationState
 from fleetq.core.resources import shipped_dir
+from tests.integration.conftest import Login, login_dsn
+from tests.locks import wait_for
+
+T = TypeVar("T")
 
 
 def _recorded(dsn: str) -> list[tuple[int, str]]:
@@ -286,3 +295,224 @@ async def test_a_database_from_before_the_contract_column_is_still_read(
     migrate.migrate(empty_dsn)
     with psycopg.connect(empty_dsn) as conn:
         migrate.require_current(conn)
+
+
+# The migration lock (issue 41): a table lock no fleetq login can take, never an
+# advisory key, which any login takes (and one taken for the session holds until the
+# session ends).
+OLD_ADVISORY_KEY = 0x666C_6565_7471  # what `fleetq migrate` locked before issue 41
+DEADLINE_S = 20.0  # a one-migration run takes well under a second
+
+
+class _InThread(Generic[T]):
+    """A call run in a daemon thread, so a test can wait for it with a deadline and still
+    end (a call stuck on a lock dies with the test's database)."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        self._result: list[T] = []
+        self._error: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, args=(call,), daemon=True)
+        self.thread.start()
+
+    def _run(self, call: Callable[[], T]) -> None:
+        try:
+            self._result.append(call())
+        except BaseException as exc:  # handed to the test by outcome()
+            self._error.append(exc)
+
+    def outcome(self, deadline_s: float = DEADLINE_S) -> T:
+        """What the call returned (or raise what it raised), failing past the deadline."""
+        self.thread.join(deadline_s)
+        assert not self.thread.is_alive(), f"still running after {deadline_s}s"
+        if self._error:
+            raise self._error[0]
+        return self._result[0]
+
+
+def _waiting_on_the_lock(dsn: str, relation: int) -> int:
+    """How many sessions wait to lock the migration lock's table (by oid: it may be gone)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND relation = %s"
+            " AND NOT granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            [relation],
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _lock_oid(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT 'fleetq.migration_lock'::regclass::oid").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _privileges(dsn: str) -> tuple[str, list[str]] | None:
+    """The lock's table's owner, and every other role with a privilege on it."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT c.relowner::regrole::text, coalesce(array_agg(a.grantee::regrole::text)"
+            "  FILTER (WHERE a.grantee <> c.relowner), '{}')"
+            " FROM pg_class c LEFT JOIN LATERAL aclexplode(c.relacl) a ON true"
+            " WHERE c.oid = 'fleetq.migration_lock'::regclass GROUP BY c.relowner"
+        ).fetchone()
+
+
+def _migrates_waiting(dsn: str) -> int:
+    """How many of fleetq's own sessions (migrate's) wait on a lock of any kind."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'fleetq' AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_only_the_owner_has_any_privilege_on_the_migration_lock(db_dsn: str) -> None:
+    """fleetq.secure() grants SELECT on every table to readers and operators; migrate
+    takes it back from the lock's table, and PUBLIC never had any."""
+    assert _privileges(db_dsn) == ("fleetq_owner", [])
+
+
+def test_a_migrate_beside_a_running_one_waits_on_the_lock_alone(
+    db_dsn: str, later: tuple[Path, Path]
+) -> None:
+    """A run's bootstrap goes on beside another run's migrations, which grant on every
+    table (fleetq.secure()) without taking a lock: it must write nothing they write (two
+    grants on one table at once fail), only wait for the lock, then take the grant back."""
+    grant = b"GRANT SELECT ON ALL TABLES IN SCHEMA fleetq TO fleetq_reader"
+    # a run: its lock's session, and its main one, which applied a migration that granted
+    # and is half-way through the next, which grants again
+    with psycopg.connect(db_dsn) as lock, psycopg.connect(db_dsn) as main:
+        lock.execute("LOCK TABLE fleetq.migration_lock IN EXCLUSIVE MODE")
+        main.execute(grant)
+        main.commit()
+        main.execute(grant)
+        run = _InThread(lambda: migrate.migrate(db_dsn, later[0]))
+        wait_for(lambda: _migrates_waiting(db_dsn) == 1, "the second run waiting")
+        main.commit()
+        lock.rollback()
+    assert [m.name for m in run.outcome()] == [migrate.discover(later[0])[-1].name]
+    assert _privileges(db_dsn) == ("fleetq_owner", [])
+
+
+@pytest.mark.parametrize("kind", list(roles.Kind))
+def test_no_fleetq_login_can_hold_up_a_migration(
+    db_dsn: str, login: Login, later: tuple[Path, Path], kind: roles.Kind
+) -> None:
+    """A login made by `fleetq roles` takes what it can of every lock a migration ever
+    used, and keeps it in an open transaction; a migration still runs to its end."""
+    subject = "node-x/holder" if kind == roles.Kind.RUNNER else "holder"
+    with psycopg.connect(login(kind, subject)) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [OLD_ADVISORY_KEY])  # the session's
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", [OLD_ADVISORY_KEY])
+        holder.execute("SELECT max(version) FROM fleetq.schema_migrations")  # as clients do
+        for attempt in (
+            "LOCK TABLE fleetq.migration_lock IN EXCLUSIVE MODE",
+            "LOCK TABLE fleetq.migration_lock IN ROW SHARE MODE",
+            "LOCK TABLE fleetq.migration_lock IN ACCESS SHARE MODE",
+            "SELECT FROM fleetq.migration_lock FOR UPDATE",
+            "SELECT FROM fleetq.migration_lock FOR KEY SHARE",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege), holder.transaction():
+                holder.execute(attempt.encode())
+        assert holder.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        pid = holder.info.backend_pid
+        with psycopg.connect(db_dsn) as admin:
+            held = admin.execute(
+                "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'advisory'"
+                " AND granted",
+                [pid],
+            ).fetchone()
+        assert held == (1,)  # the old key, held twice (session and transaction)
+
+        run = _InThread(lambda: migrate.migrate(db_dsn, later[0]))
+        assert [m.name for m in run.outcome()] == [migrate.discover(later[0])[-1].name]
+        holder.rollback()
+
+
+def test_concurrent_first_runs_apply_each_migration_once(empty_dsn: str) -> None:
+    """First runs race on creating the schema and the lock's table (no lock exists yet),
+    then take turns under the lock: every migration is applied by exactly one of them."""
+    runs = [_InThread(lambda: migrate.migrate(empty_dsn)) for _ in range(4)]
+    applied = [m.version for run in runs for m in run.outcome(120.0)]
+    everything = [m.version for m in migrate.discover()]
+    assert sorted(applied) == everything
+    assert [v for v, _ in _recorded(empty_dsn)] == everything
+
+
+def test_reset_drops_the_lock_a_migrate_waits_on_and_the_migrate_starts_over(
+    db_dsn: str, later: tuple[Path, Path]
+) -> None:
+    """A reset takes the lock and drops the schema in one transaction; a migrate waiting
+    on the dropped table bootstraps again and migrates from nothing."""
+    relation = _lock_oid(db_dsn)
+    said: list[str] = []
+    with psycopg.connect(db_dsn) as stand_in:  # a migrate, running
+        stand_in.execute("LOCK TABLE fleetq.migration_lock IN EXCLUSIVE MODE")
+        reset = _InThread(lambda: migrate.reset(db_dsn))
+        wait_for(lambda: _waiting_on_the_lock(db_dsn, relation) == 1, "the reset waiting")
+        run = _InThread(lambda: migrate.migrate(db_dsn, later[0], on_wait=said.append))
+        wait_for(lambda: _waiting_on_the_lock(db_dsn, relation) == 2, "the migrate waiting")
+        pid = stand_in.info.backend_pid
+        stand_in.rollback()
+    reset.outcome()  # first in line: it dropped the table the migrate waited on
+    everything = migrate.discover(later[0])
+    assert run.outcome() == everything
+    assert _recorded(db_dsn) == [(m.version, m.name) for m in everything]
+    assert said == [f"waiting for another fleetq migrate or reset (pid {pid})"]
+
+
+def test_a_reset_waits_for_a_running_migrate(db_dsn: str) -> None:
+    """A reset never drops a schema a migrate is half-way through."""
+    relation = _lock_oid(db_dsn)
+    with psycopg.connect(db_dsn) as stand_in:
+        stand_in.execute("LOCK TABLE fleetq.migration_lock IN EXCLUSIVE MODE")
+        reset = _InThread(lambda: migrate.reset(db_dsn))
+        wait_for(lambda: _waiting_on_the_lock(db_dsn, relation) == 1, "the reset waiting")
+        assert _recorded(db_dsn)  # still all there
+        stand_in.rollback()
+    reset.outcome()
+    with psycopg.connect(db_dsn) as conn:
+        assert conn.execute("SELECT to_regnamespace('fleetq')").fetchone() == (None,)
+
+
+def test_the_lock_outlasts_the_servers_idle_in_transaction_timeout(
+    db_dsn: str, later: tuple[Path, Path]
+) -> None:
+    """The lock's session sits idle in its transaction while migrations run on the other
+    connection; a server that ends idle transactions must not end it half-way."""
+    slow = _release(later[0], later[0].parent / "slow", "slow", "SELECT pg_sleep(1);\n")
+    with psycopg.connect(db_dsn, autocommit=True) as admin:
+        name = admin.info.dbname
+        admin.execute(
+            f'ALTER DATABASE "{name}" SET idle_in_transaction_session_timeout = 300'.encode()
+        )
+    applied = migrate.migrate(db_dsn, slow)
+    assert [m.name for m in applied] == [m.name for m in migrate.discover(slow)[-2:]]
+
+
+@contextlib.contextmanager
+def _administrator(db_dsn: str) -> Iterator[str]:
+    """The DSN of an administrator made by hand: a member of fleetq_owner, no superuser,
+    without CREATE on the database; dropped afterwards."""
+    name = f"fq_admin_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{name}" LOGIN NOSUPERUSER IN ROLE fleetq_owner'.encode())
+        try:
+            yield login_dsn(db_dsn, name)
+        finally:
+            conn.execute(f'DROP ROLE "{name}"'.encode())
+
+
+def test_an_administrator_who_is_no_superuser_migrates(
+    db_dsn: str, later: tuple[Path, Path]
+) -> None:
+    """Administrators need not be superusers (docs/security.md): a member of fleetq_owner
+    takes the lock as its owner, and the bootstrap asks for no CREATE on the database."""
+    with _administrator(db_dsn) as dsn:
+        assert [m.name for m in migrate.migrate(dsn, later[0])] == [
+            migrate.discover(later[0])[-1].name
+        ]
+        assert migrate.migrate(dsn, later[0]) == []

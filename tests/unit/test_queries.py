@@ -37,8 +37,9 @@ def test_unknown_block_is_an_error() -> None:
 @pytest.mark.parametrize("name", queries.names())
 def test_block_prepares_against_the_schema(tx: SyncConnection, name: str) -> None:
     """PREPARE parses and plans the statement without running it: a typo in a column
-    or a placeholder fails here, not in production. DDL cannot be prepared: it runs, inside
-    the transaction the fixture rolls back (a DROP too: the rollback restores it). VACUUM
+    or a placeholder fails here, not in production. DDL cannot be prepared, nor can DO,
+    SET or LOCK: it runs, inside the transaction the fixture rolls back (a DROP too: the
+    rollback restores it). VACUUM
     can neither be prepared nor run in a transaction: the scale benchmark's e2e test runs
     its one such block."""
     text = queries.sql(name)
@@ -46,7 +47,7 @@ def test_block_prepares_against_the_schema(tx: SyncConnection, name: str) -> Non
     if code[0].upper().startswith("VACUUM"):
         assert name == "bench_scale_vacuum", name
         return
-    if code[0].upper().startswith(("CREATE", "DROP")):
+    if code[0].upper().startswith(("CREATE", "DROP", "DO ", "SET ", "LOCK ")):
         tx.execute(text.encode())
         return
     tx.execute(f"PREPARE check_block AS {text.rstrip(';')}".encode())
