@@ -39,6 +39,8 @@ def _do_logs(args: argparse.Namespace) -> int:
         migrate.require_current(conn)
         if _state(conn, args.job_id) is None:
             raise NotFound(f"no job {args.job_id}")
+        if args.token is not None and not _ran_under(conn, args.job_id, args.token):
+            raise NotFound(f"job {args.job_id} never ran under token {args.token}")
         if args.follow:
             conn.execute(b"LISTEN fleetq_output")
         printer = _Printer()
@@ -100,3 +102,9 @@ def _state(conn: SyncConnection, job: int) -> JobState | None:
         return None
     columns = [c.name for c in cursor.description or []]
     return JobState(row[columns.index("state")])
+
+
+def _ran_under(conn: SyncConnection, job: int, token: int) -> bool:
+    """Whether `token` was ever granted for `job` (a claim's event names it)."""
+    row = conn.execute(queries.sql("output_token_granted").encode(), [job, token]).fetchone()
+    return bool(row and row[0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from typing import TypeAlias
 from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
@@ -171,12 +172,27 @@ def read_only_message(exc: object) -> str:
     )
 
 
+# What the server answers a connection whose DSN names a database or a role it does not
+# have (libpq reports it as a message only, with no SQLSTATE)
+_MISNAMED = re.compile(r'(database|role) "[^"]*" does not exist')
+
+
+def misnamed(exc: BaseException) -> bool:
+    """Whether a failed connection's DSN names a database or role the server lacks
+    (asyncpg says so by SQLSTATE: 3D000, 28000; libpq by message only)."""
+    if getattr(exc, "sqlstate", None) in ("3D000", "28000"):
+        return True
+    return isinstance(exc, psycopg.OperationalError) and bool(_MISNAMED.search(str(exc)))
+
+
 @contextlib.contextmanager
 def wrap_errors() -> Iterator[None]:
     """Turn driver exceptions into `core.errors`, keeping the original as the cause."""
     try:
         yield
     except psycopg.OperationalError as exc:
+        if misnamed(exc):  # the DSN is wrong: retrying will not help
+            raise ConfigError(f"the DSN names what the server does not have: {exc}") from exc
         raise ConnectionFailed(f"database unreachable or connection lost: {exc}") from exc
     except psycopg.errors.ReadOnlySqlTransaction as exc:
         raise ReadOnlyServer(read_only_message(exc)) from exc

@@ -21,7 +21,7 @@ from asyncpg.pool import PoolConnectionProxy
 from psycopg.rows import dict_row
 
 from fleetq.core import errors
-from fleetq.core.db import as_uri, each_host, read_only_message, target_session_attrs
+from fleetq.core.db import as_uri, each_host, misnamed, read_only_message, target_session_attrs
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -79,6 +79,8 @@ def map_error(exc: BaseException) -> errors.FleetqError | None:
         # asyncpg's DataError and ClientConfigurationError: arguments fleetq passed
         # wrongly, checked before anything was sent. A bug, never retried as an outage.
         return None
+    if misnamed(exc):  # the DSN is wrong: retrying will not help
+        return errors.ConfigError(f"the DSN names what the server does not have: {exc}")
     # InternalClientError: asyncpg's protocol state after a connection broke mid-call
     # ("cannot switch to state 12; another operation is in progress"), seen during a
     # server restart; the connection is unusable, like a lost one.

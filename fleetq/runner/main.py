@@ -9,6 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from fleetq.core.db import as_uri, resolve_dsn
 from fleetq.core.errors import FleetqError
@@ -17,16 +18,26 @@ from fleetq.runner import metrics, orphans, tracing
 from fleetq.runner.service import RunnerService, install_signals
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 64 (EX_USAGE), as every fleetq command's do, not argparse's 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(64, f"{self.prog}: error: {message}\n")
+
+
 def _lane(value: str) -> tuple[str, int]:
     lane, sep, slots = value.partition("=")
-    if not sep or not slots.isdigit() or int(slots) < 1:
-        raise argparse.ArgumentTypeError(f"--lane wants LANE=SLOTS (e.g. checks=4), got {value!r}")
+    if not sep or not lane or not slots.isdigit() or int(slots) < 1:
+        raise argparse.ArgumentTypeError(
+            f"--lane wants LANE=SLOTS with SLOTS at least 1 (e.g. checks=4), got {value!r}"
+        )
     return lane, int(slots)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The runner's command line."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="fleetq-runner",
         description="Claim and run fleetq jobs on this node: only jobs whose lane it serves, "
         "whose capabilities it has, and that fit its free slots, memory and CPUs. With no "

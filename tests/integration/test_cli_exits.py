@@ -13,12 +13,12 @@ import pytest
 from fleetq.cli.main import main as fleetq
 from fleetq.core import fleet as fleet_api
 from fleetq.core import leasing, producer
-from fleetq.core.db import SyncConnection
+from fleetq.core.db import SyncConnection, with_database
 from fleetq.core.driver import Driver
 from fleetq.core.models import Outcome, OutcomeReport, RunnerId, RunnerState
 from tests import factories, fleet
 from tests.fleet import SHA
-from tests.integration.conftest import Cli
+from tests.integration.conftest import Cli, login_dsn
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "fleet.toml"
 
@@ -222,3 +222,23 @@ def test_a_partial_file_says_what_it_resets_and_check_asks_the_database(
     )
     code, _, err = cli("apply", "--check", str(bad))
     assert code == 78 and "unknown lane 'nope'" in err, err
+
+
+def test_a_dsn_naming_what_the_server_lacks_is_a_configuration_error(cli: Cli, db_dsn: str) -> None:
+    """A DSN naming a missing database exited 69 ("unreachable, try again"), as if waiting
+    would help (issue 42, finding 8); it is the DSN that is wrong: 78. Both drivers."""
+    missing_db = with_database(db_dsn, "fleetq_no_such_database")
+    no_role = login_dsn(db_dsn, "fleetq_no_such_role")
+    for dsn in (missing_db, no_role):
+        for verb in (("jobs",), ("logs", "1")):  # asyncpg / psycopg underneath
+            code, _, err = cli(*verb, "--dsn", dsn)
+            assert code == 78 and "does not exist" in err, (verb, code, err)
+
+
+def test_logs_of_a_token_the_job_never_had_is_not_found(
+    cli: Cli, sync_conn: SyncConnection
+) -> None:
+    """`fleetq logs JOB --token 99` printed nothing and exited 0 (issue 42, finding 8)."""
+    assert cli("submit", "tools", "lint", "--commit", SHA)[0] == 0
+    code, _, err = cli("logs", "1", "--token", "99")
+    assert code == 65 and "never ran under token 99" in err, err

@@ -34,15 +34,19 @@ def test_errors_name_the_source_and_field(tmp_path: Path) -> None:
         load({}, path)
 
 
-def test_lane_flag_wants_lane_equals_slots(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["--node", "n", "--lane", "checks"])
-    assert "--lane wants LANE=SLOTS" in capsys.readouterr().err
+@pytest.mark.parametrize("lane", ["checks", "checks=0", "=2", "checks=-1"])
+def test_lane_flag_wants_lane_equals_slots(capsys: pytest.CaptureFixture[str], lane: str) -> None:
+    """`--lane checks=0` exited 2, argparse's status, where every fleetq usage error exits
+    64, and did not say slots start at 1 (issue 42, finding 8)."""
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["--node", "n", "--lane", lane])
+    assert exit_.value.code == 64
+    assert "--lane wants LANE=SLOTS with SLOTS at least 1" in capsys.readouterr().err
 
 
 def test_a_lane_given_twice_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     """`--lane tests=1 --lane tests=2` silently took the last (issue 14)."""
     with pytest.raises(SystemExit) as exit_:
         parse(["--node", "n", "--lane", "tests=1", "--lane", "tests=2"])
-    assert exit_.value.code == 2
+    assert exit_.value.code == 64
     assert "--lane names tests more than once" in capsys.readouterr().err

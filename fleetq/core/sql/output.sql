@@ -23,3 +23,9 @@ FROM fleetq.job_output
 WHERE job_id = $1::bigint
 ORDER BY lease_version DESC, seq DESC
 LIMIT $2::integer;
+
+-- name: output_token_granted
+-- Whether a job was ever claimed under a token (`fleetq logs --token N`).
+-- $1 job, $2 token
+SELECT EXISTS (SELECT 1 FROM fleetq.events
+               WHERE job_id = $1::bigint AND kind = 'claimed' AND lease_version = $2::bigint);
