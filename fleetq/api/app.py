@@ -100,7 +100,10 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
             **_ERRORS,
             200: {"model": Submitted, "description": "the idempotency key's existing job"},
             409: {"model": ErrorBody, "description": "the key names a different request"},
-            422: {"model": ErrorBody, "description": "unknown project or operation"},
+            422: {
+                "model": ErrorBody,
+                "description": "unknown project or operation, or an `after` job not found",
+            },
         },
         summary="Submit a job",
     )

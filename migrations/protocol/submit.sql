@@ -61,8 +61,9 @@ BEGIN
         SELECT array_agg(a) INTO v_unknown FROM unnest(v_after) AS a
         WHERE NOT EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = a);
         IF v_unknown IS NOT NULL THEN
+            -- a reference to nothing, like an unknown project (exit 65, HTTP 422)
             RAISE EXCEPTION 'no job % to wait for', array_to_string(v_unknown, ', ')
-                USING ERRCODE = 'FQ003';
+                USING ERRCODE = 'FQ002';
         END IF;
     END IF;
     -- Priority is derived, never chosen: release verification, then release gates, then

@@ -135,7 +135,7 @@ def test_submit_after_waits_explains_and_cancels_down_the_chain(cli: Invoke) -> 
     code, out, _ = cli("submit", "tools", "lint", "--commit", SHA, "--after", "1")
     assert (code, out.strip()) == (0, "job 3 cancelled at once: dependency failed: job 1 cancelled")
     code, _, err = cli("submit", "tools", "lint", "--commit", SHA, "--after", "77")
-    assert code == 64 and "no job 77 to wait for" in err
+    assert code == 65 and "no job 77 to wait for" in err
 
 
 def test_submit_carries_a_trace_from_the_flag_or_the_environment(

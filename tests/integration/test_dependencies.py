@@ -14,7 +14,7 @@ import pytest
 from fleetq.core import eligibility, leasing, producer, queries, readers
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
-from fleetq.core.errors import InvalidInput
+from fleetq.core.errors import InvalidInput, NotAllowed
 from fleetq.core.models import Claim, JobId, JobState, Outcome, OutcomeReport, RunnerId
 from tests import fleet
 from tests.fleet import SHA
@@ -116,7 +116,7 @@ async def test_unknown_or_malformed_dependencies_are_refused(
     driver: Driver, sync_conn: SyncConnection
 ) -> None:
     a = await _submit(driver)
-    with pytest.raises(InvalidInput, match="no job 999999 to wait for"):
+    with pytest.raises(NotAllowed, match="no job 999999 to wait for"):
         await _submit(driver, after=[a, 999999])
     with pytest.raises(InvalidInput, match=r"whole numbers from 1 to 2\^63-1"):
         await _submit(driver, after=[0])
