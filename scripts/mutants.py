@@ -60,6 +60,7 @@ TESTS = (
     "tests/integration/test_authz_matrix.py",
     "tests/integration/test_tenants.py",
     "tests/integration/test_output_ring.py",
+    "tests/integration/test_verdicts.py",
 )
 COPIED = ("fleetq", "migrations", "tests", "docs", "pyproject.toml")
 UNUSED_PLUGINS = ("textual-snapshot", "syrupy", "xdist", "xdist.looponfail", "anyio")

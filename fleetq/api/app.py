@@ -36,7 +36,7 @@ from fleetq.api.models import (
     Submitted,
 )
 from fleetq.core import errors, producer, readers, validation
-from fleetq.core.models import CancelResult, Job, JobId
+from fleetq.core.models import CancelResult, Job, JobId, decision
 
 log = logging.getLogger("fleetq.api")
 
@@ -199,22 +199,18 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
     async def result(
         project: str, commit: str, token: Token, operation: str | None = None
     ) -> CommitResult:
-        """Per operation: live (queued or running), or the recorded verdict (passed,
-        failed, refused, cancelled), as `fleetq result` answers."""
+        """Per operation: its newest verdict (passed, failed, error, refused) and a newer
+        job beside it that decided nothing yet (live, cancelled), as `fleetq result`
+        answers."""
         async with gateway.acting(_secret(token)) as (driver, _):
             answers = await readers.result(
                 driver, project=project, commit=commit, operation=operation
             )
-        statuses = {a.status for a in answers}
-        status = (
-            "pending"
-            if not answers or statuses & {"live", "none"}
-            else "passed"
-            if statuses == {"passed"}
-            else "failed"
-        )
         return CommitResult(
-            project=project, commit=commit.lower(), status=status, operations=answers
+            project=project,
+            commit=commit.lower(),
+            status=decision(answers),
+            operations=answers,
         )
 
     @app.get("/v1/whoami", response_model=Caller, responses=_ERRORS, summary="Who a token is")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleetq.core.models import ResultAnswer, SubmitResult
+from fleetq.core.models import Decision, ResultAnswer, SubmitResult
 
 
 class _Request(BaseModel):
@@ -53,12 +53,13 @@ class CancelRequest(_Request):
 
 class CommitResult(BaseModel):
     """What is known about a project at a commit; `status` is the CLI's exit status in
-    words: passed (every operation passed), failed (one failed, was refused or
-    cancelled), pending (still queued or running, or never asked)."""
+    words: passed (every operation passed), failed (one ran and failed), error (none
+    failed, one could not run: an error of the fleet, or refused), pending (one decided
+    nothing yet: queued, running, cancelled, never asked)."""
 
     project: str
     commit: str
-    status: Literal["passed", "failed", "pending"]
+    status: Decision
     operations: list[ResultAnswer]
 
 

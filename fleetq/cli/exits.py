@@ -1,7 +1,8 @@
 """Exit statuses a script or a CI gate can act on, one table for every command.
 
-`fleetq result` answers with 0 (every check passed), 1 (one failed, was refused or
-cancelled) or 2 (not decided yet: still queued or running). Anything that can never be
+`fleetq result` answers with 0 (every check passed), 1 (one ran and failed), 3 (none
+failed, but one could not run: an error of the fleet, or refused) or 2 (not decided
+yet: still queued or running, cancelled, never asked). Anything that can never be
 answered as asked has a status of its own, so a gate neither waits for ever on an
 unknown project nor reads a typo as a failed build. The numbers above 2 follow BSD
 sysexits.h.
@@ -16,8 +17,9 @@ from fleetq.core import errors
 
 class Exit(IntEnum):
     OK = 0
-    FAILED = 1  # fleetq result: a check failed, was refused or cancelled
-    NOT_YET = 2  # fleetq result: still queued or running, or never asked
+    FAILED = 1  # fleetq result: a check ran and failed
+    NOT_YET = 2  # fleetq result: still queued or running, cancelled, or never asked
+    ERROR = 3  # fleetq result: a check could not run (an error of the fleet, or refused)
     USAGE = 64  # the command line is wrong: an option, a short SHA, --limit -1
     DATA = 65  # can never be answered: unknown project, operation or job
     UNAVAILABLE = 69  # the database is unreachable, busy or timed out: try again

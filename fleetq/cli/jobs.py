@@ -25,7 +25,15 @@ from fleetq.cli.exits import Exit
 from fleetq.cli.output import emit_json, table
 from fleetq.core import eligibility, leasing, producer, readers, validation
 from fleetq.core.errors import ConnectionFailed, FleetqError, InvalidInput, NotFound
-from fleetq.core.models import CancelResult, Job, JobId, JobState
+from fleetq.core.models import (
+    VERDICTS,
+    CancelResult,
+    Job,
+    JobId,
+    JobState,
+    ResultAnswer,
+    decision,
+)
 from fleetq.core.text import escape
 
 
@@ -357,11 +365,15 @@ def _result(commands: Commands) -> None:
     p = commands.add_parser(
         "result",
         help="what is known about PROJECT at COMMIT",
-        description="Per operation: live (queued or running), or the recorded verdict "
-        "(passed, failed, refused, cancelled). Exit status: 0 all passed; 1 any failed, "
-        "refused or cancelled; 2 not decided yet (still queued or running, or never asked); "
-        "64 a malformed request (a short SHA); 65 an unknown project or operation, which "
-        "can never be answered; 69 the database is out of reach. With -v, the end of each "
+        description="Per operation: its newest verdict (passed: the check ran and passed; "
+        "failed: it ran and failed; error: it could not run, for the fleet's reasons: "
+        "staging, a command not found, a run lost with its runner; refused: the job asks "
+        "for what cannot be run), and beside it a newer job that decided nothing yet "
+        "(live, or cancelled: a cancel never hides a verdict). Exit status: 0 every check "
+        "passed; 1 one failed; 3 none failed but one could not run (error, refused); 2 not "
+        "decided yet (a check with no verdict: live, cancelled or never asked); 64 a "
+        "malformed request (a short SHA); 65 an unknown project or operation, which can "
+        "never be answered; 69 the database is out of reach. With -v, the end of each "
         "verdict's output too (fleetq logs JOB shows all of it).",
     )
     p.add_argument("project")
@@ -385,9 +397,9 @@ def _do_result(args: argparse.Namespace) -> int:
     else:
         print(
             table(
-                ["operation", "status", "job", "state", "exit", "reason"],
+                ["operation", "verdict", "job", "exit", "reason", "newer job"],
                 [
-                    [a.operation, a.status, a.job_id, a.job_state or "", a.exit_code, a.reason]
+                    [a.operation, a.status, a.job_id, a.exit_code, a.reason, _newer(a)]
                     for a in answers
                 ],
             )
@@ -397,10 +409,22 @@ def _do_result(args: argparse.Namespace) -> int:
             if a.log_tail:
                 print(f"\n── {escape(a.operation)}: the end of its output (job {a.job_id}) ──")
                 print(escape(a.log_tail.rstrip("\n"), one_line=False))
-    statuses = {a.status for a in answers}
-    if not answers or statuses & {"live", "none"}:
-        return Exit.NOT_YET
-    return Exit.OK if statuses == {"passed"} else Exit.FAILED
+    return DECISION_EXIT[decision(answers)]
+
+
+DECISION_EXIT = {
+    "passed": Exit.OK,
+    "failed": Exit.FAILED,
+    "error": Exit.ERROR,
+    "pending": Exit.NOT_YET,
+}
+
+
+def _newer(answer: ResultAnswer) -> str:
+    """A job newer than the verdict that decided nothing (yet)."""
+    if answer.newer_job_id is None:
+        return "" if answer.status in VERDICTS or answer.job_state is None else answer.job_state
+    return f"{answer.newer_job_id} {answer.newer_state}"
 
 
 def _jobs(commands: Commands) -> None:

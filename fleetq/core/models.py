@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, NewType
+from typing import Any, Literal, NewType
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, JsonValue, field_validator
@@ -270,16 +270,39 @@ class Result(_Row):
 
 
 class ResultAnswer(_Row):
-    """What the result reader says about one operation at a commit."""
+    """What the result reader says about one operation at a commit: its newest verdict,
+    and apart from it a newer job that decided nothing (yet)."""
 
     operation: str
-    status: str  # live, passed, failed, refused, cancelled, none
+    # a verdict (passed, failed, error, refused), else: live, cancelled, none
+    status: str
     job_id: JobId | None = None
     job_state: JobState | None = None
     exit_code: int | None = None
     reason: str | None = None
     recorded_at: datetime | None = None
     log_tail: str = ""  # the end of the run's output, as recorded with the verdict
+    newer_job_id: JobId | None = None  # a newer job, live or cancelled, beside the verdict
+    newer_state: JobState | None = None
+
+
+VERDICTS = ("passed", "failed", "error", "refused")  # what a check can decide
+Decision = Literal["passed", "failed", "error", "pending"]
+
+
+def decision(answers: list[ResultAnswer]) -> Decision:
+    """What answers say of a commit as a whole, the word a gate acts on (the CLI's exit
+    status, the API's `status`): `failed` when a check ran and failed; else `error` when
+    one could not run (error, refused); else `pending` while one has decided nothing
+    (live, cancelled, never asked); else `passed`."""
+    statuses = {a.status for a in answers}
+    if "failed" in statuses:
+        return "failed"
+    if statuses & {"error", "refused"}:
+        return "error"
+    if not answers or statuses - {"passed"}:
+        return "pending"
+    return "passed"
 
 
 class Registration(_Row):

@@ -51,9 +51,9 @@ async def events(
 async def result(
     driver: Driver, *, project: str, commit: str, operation: str | None = None
 ) -> list[ResultAnswer]:
-    """Per operation at this commit: a live job (queued or running) wins over an older
-    verdict, because the newest request is what the caller is waiting for; otherwise
-    the recorded verdict (passed, failed, refused, cancelled); 'none' if never asked."""
+    """Per operation at this commit: its newest verdict (passed, failed, error, refused),
+    which a later cancelled or live job never hides, that newer job beside it; with no
+    verdict, the newest job (live or cancelled); 'none' if never asked."""
     project = validation.text(project, "project")
     operation = validation.optional_text(operation, "operation")
     commit = validation.commit_sha(commit)
@@ -79,24 +79,34 @@ async def result(
     answers: list[ResultAnswer] = []
     for op in sorted({str(r["operation"]) for r in job_rows} | set(verdicts)):
         newest = next((r for r in job_rows if r["operation"] == op), None)
-        if newest is not None and not JobState(newest["state"]).terminal:
-            answers.append(
-                ResultAnswer(
-                    operation=op, status="live", job_id=newest["id"], job_state=newest["state"]
-                )
-            )
-        elif (verdict := verdicts.get(op)) is not None:
+        verdict = verdicts.get(op)
+        if verdict is None:
+            assert newest is not None  # an operation is listed for a job or a verdict
+            state = JobState(newest["state"])
             answers.append(
                 ResultAnswer(
                     operation=op,
-                    status=verdict.verdict,
-                    job_id=verdict.job_id,
-                    exit_code=verdict.exit_code,
-                    reason=verdict.reason,
-                    recorded_at=verdict.recorded_at,
-                    log_tail=verdict.log_tail,
+                    status="cancelled" if state == JobState.CANCELLED else "live",
+                    job_id=newest["id"],
+                    job_state=state,
+                    reason=newest["failure_reason"],
                 )
             )
+            continue
+        newer = newest if newest is not None and newest["id"] > verdict.job_id else None
+        answers.append(
+            ResultAnswer(
+                operation=op,
+                status=verdict.verdict,
+                job_id=verdict.job_id,
+                exit_code=verdict.exit_code,
+                reason=verdict.reason,
+                recorded_at=verdict.recorded_at,
+                log_tail=verdict.log_tail,
+                newer_job_id=None if newer is None else newer["id"],
+                newer_state=None if newer is None else JobState(newer["state"]),
+            )
+        )
     if operation is not None and not answers:
         answers.append(ResultAnswer(operation=operation, status="none"))
     return answers

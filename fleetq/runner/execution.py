@@ -35,7 +35,7 @@ from fleetq.runner.journal import Journal
 from fleetq.runner.loops import Backoff, persist, transient, wait_or
 from fleetq.runner.output import Shipper
 from fleetq.runner.reporter import OutcomeNotRecorded, Reporter
-from fleetq.runner.staging import Staging, StagingFailed
+from fleetq.runner.staging import CommitMissing, Staging, StagingFailed
 
 log = logging.getLogger(__name__)
 
@@ -230,8 +230,12 @@ async def _run_command(
             tree = await kit.staging.stage(
                 repository=op.repository, commit=claim.commit_sha, name=name
             )
-    except StagingFailed as exc:
+    except CommitMissing as exc:
         await _record(ex, kit, executor.Finished(Outcome.REFUSED, reason=str(exc)))
+        return
+    except StagingFailed as exc:  # the fleet's failure, not the commit's: an error
+        failed = executor.Finished(Outcome.FAILED, reason=f"staging failed: {exc}")
+        await _record(ex, kit, failed)
         return
     user_env: dict[str, str] = {}
     if user is not None:

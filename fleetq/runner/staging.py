@@ -27,7 +27,13 @@ from fleetq.runner.private import private_directory
 
 
 class StagingFailed(FleetqError):
-    """The commit could not be staged; the job is refused."""
+    """The commit could not be staged: an error of the fleet (a fetch or checkout
+    failed), the job's outcome says so."""
+
+
+class CommitMissing(StagingFailed):
+    """The repository, fetched, has no such commit: the job asks for what does not
+    exist, and is refused."""
 
 
 class Staging:
@@ -108,7 +114,7 @@ class Staging:
                     failure=f"cannot fetch {repository}",
                 )
                 if not await _has_commit(mirror, commit):
-                    raise StagingFailed(f"commit {commit} is not in {repository}")
+                    raise CommitMissing(f"commit {commit} is not in {repository}")
         return mirror
 
 

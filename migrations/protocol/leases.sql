@@ -172,6 +172,25 @@ BEGIN
 END;
 $function$;
 
+-- The verdict's word for a job's end: `failed` only when the check ran and failed (a
+-- non-zero exit, a timeout, a signal, a handler's exception); any other failure is an
+-- `error`, the check could not run (launch or staging failed, its run was lost, the
+-- runner failed): a CI gate must not blame a commit for its fleet. A new reason is an
+-- error until it is named here.
+CREATE OR REPLACE FUNCTION fleetq.verdict_of(p_state text, p_reason text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT CASE
+        WHEN p_state = 'succeeded' THEN 'passed'
+        WHEN p_state = 'failed'
+             AND coalesce(p_reason, 'exit') NOT IN ('exit', 'timeout', 'signal', 'exception')
+            THEN 'error'
+        ELSE p_state
+    END
+$function$;
+
 -- What every ending leaves, from the ended jobs' own fields (the caller has them: the
 -- outcome path from the update that ended them, so it reads no job again): the verdict,
 -- the task's notification, and the jobs waiting on these settled.
@@ -186,8 +205,7 @@ BEGIN
     INSERT INTO fleetq.verdicts
         (job_id, project, commit_sha, operation, verdict, exit_code, reason, log_tail,
          prepare_ms, run_ms)
-    SELECT t.job_id, t.project, t.commit_sha, t.operation,
-           CASE t.state WHEN 'succeeded' THEN 'passed' ELSE t.state END,
+    SELECT t.job_id, t.project, t.commit_sha, t.operation, fleetq.verdict_of(t.state, t.reason),
            t.exit_code, t.reason, coalesce(t.log_tail, ''), t.prepare_ms, t.run_ms
     FROM unnest(p_jobs, p_projects, p_commits, p_operations, p_states, p_reasons,
                 p_exit_codes, p_log_tails, p_prepare_ms, p_run_ms)
@@ -196,9 +214,8 @@ BEGIN
     ON CONFLICT (job_id) DO NOTHING;  -- one outcome per job: a repeat changes nothing
 
     INSERT INTO fleetq.task_notifications (task_id, job_id, state, verdict)
-    SELECT t.task_id, t.job_id, t.state,
-           CASE t.state WHEN 'succeeded' THEN 'passed' ELSE t.state END
-    FROM unnest(p_jobs, p_tasks, p_states) AS t(job_id, task_id, state)
+    SELECT t.task_id, t.job_id, t.state, fleetq.verdict_of(t.state, t.reason)
+    FROM unnest(p_jobs, p_tasks, p_states, p_reasons) AS t(job_id, task_id, state, reason)
     WHERE t.task_id IS NOT NULL;
 
     PERFORM fleetq.settle_dependents(p_jobs);  -- the jobs waiting on these

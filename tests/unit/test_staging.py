@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetq.runner.staging import Staging, StagingFailed
+from fleetq.runner.staging import CommitMissing, Staging, StagingFailed
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -56,7 +56,7 @@ async def test_fetches_only_when_the_commit_is_missing(origin: Path, tmp_path: P
 
 async def test_unknown_commit_and_repository_are_refused(origin: Path, tmp_path: Path) -> None:
     staging = Staging(tmp_path / "work")
-    with pytest.raises(StagingFailed, match="is not in"):
+    with pytest.raises(CommitMissing, match="is not in"):
         await staging.stage(repository=str(origin), commit="c" * 40, name="t1")
     with pytest.raises(StagingFailed, match="cannot clone"):
         await staging.stage(repository=str(tmp_path / "nowhere"), commit="c" * 40, name="t2")

@@ -39,7 +39,8 @@ LIMIT $5::integer;
 -- name: jobs_for_commit
 -- Every job that checked (project, commit), newest first, for the result reader.
 -- $1 project, $2 commit, $3 operation (NULL: all)
-SELECT j.id, j.operation, j.state, j.failure_reason, j.finished_at
+SELECT j.id, j.operation, j.state, coalesce(j.failure_reason, j.cancel_reason) AS failure_reason,
+       j.finished_at
 FROM fleetq.jobs j
 WHERE j.project = $1::text AND j.commit_sha = $2::text
   AND ($3::text IS NULL OR j.operation = $3::text)
@@ -55,12 +56,17 @@ FROM fleetq.projects p
 WHERE p.name = $1::text;
 
 -- name: jobs_results_for_commit
--- Recorded verdicts for (project, commit). $1 project, $2 commit, $3 operation (NULL: all)
-SELECT *
-FROM fleetq.results
+-- The newest verdict of each check of (project, commit) that decided something: a
+-- cancelled job decides nothing, and never hides the verdict before it.
+-- $1 project, $2 commit, $3 operation (NULL: all)
+SELECT DISTINCT ON (operation)
+       project, commit_sha, operation, job_id, verdict, exit_code, reason, log_tail,
+       recorded_at
+FROM fleetq.verdicts
 WHERE project = $1::text AND commit_sha = $2::text
   AND ($3::text IS NULL OR operation = $3::text)
-ORDER BY operation;
+  AND verdict <> 'cancelled'
+ORDER BY operation, job_id DESC;
 
 -- name: jobs_events
 -- The history, oldest first after an id, optionally for one job or runner.
