@@ -61,6 +61,7 @@ TESTS = (
     "tests/integration/test_tenants.py",
     "tests/integration/test_output_ring.py",
     "tests/integration/test_verdicts.py",
+    "tests/integration/test_wait.py",
 )
 COPIED = ("fleetq", "migrations", "tests", "docs", "pyproject.toml")
 UNUSED_PLUGINS = ("textual-snapshot", "syrupy", "xdist", "xdist.looponfail", "anyio")

@@ -30,6 +30,15 @@ class Exit(IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
+# What a commit's checks decided (core.models.decision), as `result` and `wait` exit
+DECISION_EXIT = {
+    "passed": Exit.OK,
+    "failed": Exit.FAILED,
+    "error": Exit.ERROR,
+    "pending": Exit.NOT_YET,
+}
+
+
 def for_error(exc: errors.FleetqError) -> Exit:
     """The status for a fleetq error."""
     match exc:

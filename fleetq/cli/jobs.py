@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -21,9 +22,10 @@ from fleetq.cli.common import (
     positive_arg,
     run,
 )
-from fleetq.cli.exits import Exit
+from fleetq.cli.exits import DECISION_EXIT, Exit
 from fleetq.cli.output import emit_json, table
-from fleetq.core import eligibility, leasing, producer, readers, validation
+from fleetq.core import eligibility, leasing, producer, readers, validation, waiting
+from fleetq.core.db import connect, resolve_dsn
 from fleetq.core.errors import ConnectionFailed, FleetqError, InvalidInput, NotFound
 from fleetq.core.models import (
     VERDICTS,
@@ -379,17 +381,34 @@ def _result(commands: Commands) -> None:
     p.add_argument("project")
     p.add_argument("commit")
     p.add_argument("--operation", help="only this operation")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="first wait (woken by the database, no polling) until no check has a live job, "
+        "then answer: a CI gate's one line",
+    )
+    p.add_argument(
+        "--timeout", type=float, metavar="S", help="with --wait: give up after S seconds"
+    )
     add_json(p)
     p.set_defaults(func=_do_result)
 
 
 def _do_result(args: argparse.Namespace) -> int:
-    answers = run(
-        args,
-        lambda d: readers.result(
-            d, project=args.project, commit=args.commit, operation=args.operation
-        ),
-    )
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    while True:
+        answers = run(
+            args,
+            lambda d: readers.result(
+                d, project=args.project, commit=args.commit, operation=args.operation
+            ),
+        )
+        live = [job for a in answers if (job := _live_job(a)) is not None]
+        left = None if deadline is None else deadline - time.monotonic()
+        if not args.wait or not live or (left is not None and left <= 0):
+            break
+        with connect(resolve_dsn(args.dsn), autocommit=True) as conn:
+            waiting.wait_for(conn, live, timeout_s=left)
     if args.json:
         emit_json(answers)
     elif not answers:
@@ -412,12 +431,13 @@ def _do_result(args: argparse.Namespace) -> int:
     return DECISION_EXIT[decision(answers)]
 
 
-DECISION_EXIT = {
-    "passed": Exit.OK,
-    "failed": Exit.FAILED,
-    "error": Exit.ERROR,
-    "pending": Exit.NOT_YET,
-}
+def _live_job(answer: ResultAnswer) -> JobId | None:
+    """The job of a check that is still to decide something: its own, or a newer one."""
+    if answer.status == "live":
+        return answer.job_id
+    if answer.newer_state is not None and not answer.newer_state.terminal:
+        return answer.newer_job_id
+    return None
 
 
 def _newer(answer: ResultAnswer) -> str:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fleetq.cli import wait
 from fleetq.cli.common import Commands, job_id_arg
+from fleetq.cli.exits import DECISION_EXIT
 from fleetq.core import migrate, output, queries
 from fleetq.core.db import SyncConnection, connect, resolve_dsn
 from fleetq.core.errors import NotFound
-from fleetq.core.models import JobState
+from fleetq.core.models import JobId, JobState, decision
 from fleetq.core.text import escape
 
 FOLLOW_POLL_S = 1.0  # a NOTIFY wakes a follower at once; this bounds a missed one
@@ -31,6 +33,12 @@ def register(commands: Commands) -> None:
     p.add_argument("job_id", type=job_id_arg, metavar="JOB")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
     p.add_argument("--token", type=job_id_arg, metavar="N", help="only the run under token N")
+    p.add_argument(
+        "--exit-status",
+        action="store_true",
+        help="exit with the job's verdict, as `fleetq wait` does (0 passed, 1 failed, 3 could "
+        "not run, 2 not decided): with --follow, a CI gate that shows the output too",
+    )
     p.set_defaults(func=_do_logs)
 
 
@@ -47,14 +55,23 @@ def _do_logs(args: argparse.Namespace) -> int:
         while True:
             printer.show(_read(conn, args.job_id, args.token, printer.after))
             if not args.follow:
-                return 0
+                return _status(conn, args)
             state = _state(conn, args.job_id)
             if state is not None and state.terminal:
                 # its output was shipped before its outcome: one more read has all of it
                 printer.show(_read(conn, args.job_id, args.token, printer.after))
-                return 0
+                return _status(conn, args)
             for _ in conn.notifies(timeout=FOLLOW_POLL_S, stop_after=1):
                 pass
+
+
+def _status(conn: SyncConnection, args: argparse.Namespace) -> int:
+    """0, or with --exit-status the job's verdict as `fleetq wait` exits with it."""
+    if not args.exit_status:
+        return 0
+    (answer,) = wait.wait_and_judge(conn, [JobId(args.job_id)], timeout_s=0)
+    print(wait.describe(answer), file=sys.stderr)
+    return DECISION_EXIT[decision([answer])]
 
 
 class _Printer:

@@ -26,6 +26,7 @@ from fleetq.cli import (
     server,
     stats,
     tokens,
+    wait,
 )
 from fleetq.cli.output import terminal
 from fleetq.core.errors import ConfigError, FleetqError
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         server,
         schema,
         jobs,
+        wait,
         logs,
         runners,
         schedules,

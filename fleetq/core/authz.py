@@ -248,6 +248,14 @@ MATRIX: tuple[Entry, ...] = (
     Entry(
         "fleetq.waiting_on(bigint,text)", dict.fromkeys(_ALL_READERS, "reads dependencies"), None
     ),
+    Entry(
+        "fleetq.watch_jobs(bigint[])",
+        dict.fromkeys(
+            (Kind.SUBMITTER, Kind.OPERATOR, Kind.READER),
+            "its own session's waits; reads the jobs' states",
+        ),
+        "fleetq.watch_jobs(ARRAY[{job}])",
+    ),
     _pure("fleetq.setting_int(text)"),
     _pure("fleetq.setting_seconds(text)"),
     _pure(f"fleetq.eligible({_ELIGIBILITY})"),

@@ -219,6 +219,10 @@ BEGIN
     WHERE t.task_id IS NOT NULL;
 
     PERFORM fleetq.settle_dependents(p_jobs);  -- the jobs waiting on these
+
+    -- whoever waits on these (fleetq wait) hears they ended; none waiting, no NOTIFY
+    PERFORM pg_notify('fleetq_done', w.job_id::text)
+    FROM (SELECT DISTINCT job_id FROM fleetq.job_watchers WHERE job_id = ANY (p_jobs)) w;
 END;
 $function$;
 
