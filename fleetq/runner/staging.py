@@ -144,5 +144,13 @@ async def _git(repo: Path | None, *args: str, failure: str | None = None) -> Non
     )
     out, _ = await proc.communicate()
     if proc.returncode != 0:
-        detail = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        raise StagingFailed(f"{failure or 'git ' + args[0] + ' failed'}: {detail[0]}")
+        detail = git_reason(out.decode(errors="replace"))
+        raise StagingFailed(f"{failure or 'git ' + args[0] + ' failed'}: {detail}")
+
+
+def git_reason(output: str) -> str:
+    """What git said went wrong: its first `fatal:`/`error:` line (the last line was
+    often only advice: "...and the repository exists."), else its last line."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith(("fatal:", "error:"))]
+    return (said or lines[-1:] or [""])[0]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetq.runner.staging import CommitMissing, Staging, StagingFailed
+from fleetq.runner.staging import CommitMissing, Staging, StagingFailed, git_reason
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -54,11 +54,13 @@ async def test_fetches_only_when_the_commit_is_missing(origin: Path, tmp_path: P
     assert fetch_head.exists() and _git(tree, "rev-parse", "HEAD") == later
 
 
-async def test_unknown_commit_and_repository_are_refused(origin: Path, tmp_path: Path) -> None:
+async def test_an_unknown_commit_is_missing_and_an_unknown_repository_fails(
+    origin: Path, tmp_path: Path
+) -> None:
     staging = Staging(tmp_path / "work")
     with pytest.raises(CommitMissing, match="is not in"):
         await staging.stage(repository=str(origin), commit="c" * 40, name="t1")
-    with pytest.raises(StagingFailed, match="cannot clone"):
+    with pytest.raises(StagingFailed, match="cannot clone .*: fatal: .* does not exist"):
         await staging.stage(repository=str(tmp_path / "nowhere"), commit="c" * 40, name="t2")
 
 
@@ -78,3 +80,16 @@ async def test_mirrors_are_private_and_isolated_trees_stand_alone(
     assert (shared / ".git" / "objects" / "info" / "alternates").exists()  # the fast default
     staging.discard(tree)
     assert not tree.exists()
+
+
+def test_a_failure_says_what_git_said_went_wrong() -> None:
+    """A missing repository's refusal quoted git's last line, its advice: "...: and the
+    repository exists." (issue 42, finding 10)."""
+    said = (
+        "fatal: '/nowhere' does not appear to be a git repository\n"
+        "fatal: Could not read from remote repository.\n\n"
+        "Please make sure you have the correct access rights\nand the repository exists.\n"
+    )
+    assert git_reason(said) == "fatal: '/nowhere' does not appear to be a git repository"
+    assert git_reason("something odd\nlast words\n") == "last words"
+    assert git_reason("") == ""
