@@ -12,8 +12,10 @@ from fleetq.cli.common import Commands
 DESCRIPTION = """\
 Show what fleetq is for, in about a minute, on this machine alone:
 
-  1. start (or reuse) the embedded PostgreSQL unless --dsn/FLEETQ_DSN names a server,
-     migrate it and apply the demo configuration: lanes `checks` and `control`, two
+  1. start (or reuse) the embedded PostgreSQL unless --dsn/FLEETQ_DSN names a server;
+     on it, create (or reuse) the demo's own database, named after the one the DSN
+     names with `_demo` added (`fleetq_demo` on the embedded server), migrate it and
+     apply the demo configuration there: lanes `checks` and `control`, two
      projects on local git repositories the demo builds (`webapp`, a release gate, and
      `tools`), with real checks: quick unit tests, a slow integration suite, a browser
      check, a lint that fails and a staging test that runs into its 2 s timeout;
@@ -31,11 +33,17 @@ The report gives jobs by outcome, queue wait by project and priority class, prep
 run time, completed jobs per interval, recovery delay, overlap windows with their
 confirmed ends, and stale-lease rejections. Exit status 1 if an accepted job was lost
 or never settled, a fenced-ledger write went behind a newer token, or a runner had to
-be killed; otherwise 0 (a fault that produced no overlap is a warning).
+be killed; otherwise 0 (a fault that produced no overlap is a warning); 130 after
+Ctrl-C; 75 when another demo is running in the same demo database.
+
+The database the DSN names is never written to: your own fleet's settings, runners and
+jobs stay as they are, and its runners never see the demo's jobs. One demo at a time
+runs in a demo database (a lock only the demo's own login can take, in that database).
 
 Files: $FLEETQ_HOME/demo/ with the embedded server (kept between runs), else a
-temporary directory. Running it again reuses the database; the report covers that
-run's jobs only. Ctrl-C once ends the stream early, twice stops waiting for the queue.
+temporary directory. Running it again reuses the demo's database; the report covers
+that run's jobs only. Ctrl-C once ends the stream early, twice stops waiting for the
+queue.
 """
 
 
@@ -73,8 +81,9 @@ def register(commands: Commands) -> None:
     d.add_argument(
         "--reset",
         action="store_true",
-        help="start over: drop every fleetq table in the database (jobs, runners, events) "
-        "and the demo's runner directories, then migrate again",
+        help="start over: drop every fleetq table in the demo's own database (its jobs, "
+        "runners, events; never the database --dsn names) and the demo's runner "
+        "directories, then migrate again",
     )
     d.set_defaults(func=_demo)
 

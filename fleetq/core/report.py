@@ -8,22 +8,17 @@ longer knows is a lost job, which is what the verdict is for.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from pydantic import BaseModel, ConfigDict
 
 from fleetq.core import leasing, queries, stats
-from fleetq.core.db import connect
 from fleetq.core.driver import Driver
-from fleetq.core.errors import FleetqError
 from fleetq.core.models import JobId
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "refused"})
-RUN_LOCK_KEY = 0x666C_6565_7472  # pg_advisory_lock key of scripted runs (the demo)
 
 
 class _Row(BaseModel):
@@ -163,26 +158,6 @@ class RunFigures(_Row):
     def superseded_confirmed(self) -> list[Stop]:
         """Superseded executions whose runner confirmed the stop."""
         return [s for s in self.stops if s.stop_reason == "superseded" and s.stop_confirmed]
-
-
-@contextlib.contextmanager
-def exclusive_run(dsn: str) -> Iterator[None]:
-    """Hold the database's run lock for the block; `FleetqError` if another run holds it.
-    The lock lives on its own connection, so it is released when the process ends, and
-    it is given back explicitly at the block's end."""
-    with connect(dsn, autocommit=True) as conn:
-        row = conn.execute(queries.sql("report_run_lock"), [RUN_LOCK_KEY]).fetchone()
-        if not (row and row[0]):
-            raise FleetqError(
-                "another fleetq demo is running on this database; wait for it or stop it"
-            )
-        try:
-            yield
-        finally:
-            # given back now, not when the server notices the connection closed; a lost
-            # connection has given it back already
-            with contextlib.suppress(psycopg.Error):
-                conn.execute(queries.sql("report_run_unlock"), [RUN_LOCK_KEY])
 
 
 async def clock(driver: Driver) -> datetime:

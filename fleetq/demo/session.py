@@ -1,16 +1,22 @@
 """One demo run, in order: database, repositories and configuration; runners; the job
 stream with its faults (beside the console, or headless); settling; shutdown; report.
 
+Where the demo runs: in a database of its own (`fleetq.demo.database`) on the server the
+DSN names, or the embedded server's: `fleetq_demo` beside the embedded `fleetq`, never
+the database the DSN names. One demo at a time runs in it; a second is refused (exit 75).
+
 Where the demo keeps its files: with the embedded server (no --dsn, no FLEETQ_DSN),
 in `$FLEETQ_HOME/demo/` (repositories, runner work directories, logs, the applied
 configuration), kept between runs so `fleetq jobs` and the console can still be pointed
 at what happened. With a named server, in a temporary directory removed after a
 successful run (kept, and named, after a failed one): runner journals belong to one
-database, and a second database must not inherit them.
+database, and a second database must not inherit them (for the same reason a demo
+database made afresh starts without the runner directories of an older one).
 
 Ctrl-C is the demo's, not the runners' (they run in sessions of their own): the first
 ends the job stream early and lets the queue settle, the second stops waiting for it.
-Either way the runners are drained, stopped and checked gone before the report.
+Either way the runners are drained, stopped and checked gone before the report, and the
+exit status is 130 (interrupted), whatever the report says.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from fleetq.core import config, migrate, report
 from fleetq.core.db import connect, resolve_dsn
 from fleetq.core.driver import open_driver
 from fleetq.core.embedded import default_home
-from fleetq.demo import repo, scenario
+from fleetq.demo import database, repo, scenario
 from fleetq.demo import report as printed
 from fleetq.demo.fleet import Fleet
 from fleetq.demo.plan import Plan, RunLog
@@ -57,8 +63,10 @@ class Interrupts:
         self.stop = threading.Event()
         self.hurry = threading.Event()
         self.say = say
+        self.interrupted = False  # the run ends with 130, as any interrupted command
 
     def __call__(self, _signum: int, _frame: FrameType | None) -> None:
+        self.interrupted = True
         if not self.stop.is_set():
             self.say("interrupted: ending the job stream (Ctrl-C again: stop waiting)")
             self.stop.set()
@@ -67,27 +75,38 @@ class Interrupts:
             self.hurry.set()
 
 
+INTERRUPTED = 130  # the CLI's exit status for Ctrl-C (fleetq.cli.exits)
+
+
 def main(options: Options) -> int:
-    """Run the demo; the exit status is the report's verdict."""
+    """Run the demo in its own database; the exit status is the report's verdict (0 or
+    1), or 130 when Ctrl-C ended it early. `RefusedNow` when another demo runs there."""
     began = time.monotonic()
     named = bool(options.dsn or os.environ.get("FLEETQ_DSN"))
-    dsn = resolve_dsn(options.dsn)
+    server = resolve_dsn(options.dsn)  # names the server; the demo's database is its own
     work = Path(tempfile.mkdtemp(prefix="fleetq-demo-")) if named else default_home() / "demo"
-    ok = False
+    status = 1
     try:
-        with report.exclusive_run(dsn):
-            ok = _run(options, dsn, work, began) == 0
+        with database.exclusive(server) as demo:
+            if demo.created:  # a new database: runner journals of an older one are stale
+                _clear_runners(work)
+            status = _run(options, demo, work, began)
     finally:
-        if named and ok:
+        if named and status == 0:
             shutil.rmtree(work, ignore_errors=True)
         elif named:
             print(f"the demo's files (runner logs) are kept in {work}")
-    return 0 if ok else 1
+    return status
 
 
-def _run(options: Options, dsn: str, work: Path, began: float) -> int:
+def _run(options: Options, demo: database.DemoDatabase, work: Path, began: float) -> int:
+    dsn = demo.dsn
     interactive = sys.stdout.isatty() and not options.headless
     say = Sayer(work / "demo.log" if interactive else None)
+    say(
+        f"the demo runs in a database of its own, {demo.name}, beside {demo.given} (your "
+        f"fleet's: left alone); look at it with `fleetq --dsn {_shown(dsn)} jobs`"
+    )
     repos = prepare(dsn, work, options, say)
     plan = Plan(duration_s=options.duration_s, lease_s=options.lease_s)
     log = RunLog(tag=uuid.uuid4().hex[:6])
@@ -111,18 +130,22 @@ def _run(options: Options, dsn: str, work: Path, began: float) -> int:
         figures, log, plan, verdict, wall_s=time.monotonic() - began, settle_s=settle_s
     )
     print("\n" + text, end="", flush=True)
+    if interrupts.interrupted:
+        say("interrupted: exit status 130 (the report covers the jobs accepted until then)")
+        return INTERRUPTED
     return 0 if verdict.ok else 1
 
 
 def prepare(
     dsn: str, work: Path, options: Options, say: Callable[[str], None]
 ) -> dict[str, repo.DemoRepo]:
-    """Reset if asked, migrate, build the repositories, apply the demo configuration."""
+    """Reset if asked, migrate, build the repositories, apply the demo configuration.
+    `dsn` is the demo's own database (`database.exclusive`), whose lock the caller holds:
+    the reset drops its fleetq schema, never the user's."""
     if options.reset:
         migrate.reset(dsn)
-        shutil.rmtree(work / "runners", ignore_errors=True)
-        shutil.rmtree(work / "logs", ignore_errors=True)
-        say("reset: dropped the fleetq schema and the demo's runner directories")
+        _clear_runners(work)
+        say("reset: dropped the demo database's fleetq schema and the demo's runner directories")
     applied = migrate.migrate(dsn)
     say(f"database {_where(dsn)}: {len(applied)} migration(s) applied, schema current")
     work.mkdir(parents=True, exist_ok=True)
@@ -248,6 +271,24 @@ class Sayer:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as out:
             out.write(line + "\n")
+
+
+def _clear_runners(work: Path) -> None:
+    """The runners' directories (their journals) and logs: they belong to one database."""
+    shutil.rmtree(work / "runners", ignore_errors=True)
+    shutil.rmtree(work / "logs", ignore_errors=True)
+
+
+def _shown(dsn: str) -> str:
+    """The DSN to type for a look at the demo's database: no password, quoted for a shell
+    (fleetq adds `target_session_attrs` again itself)."""
+    import shlex
+
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    hidden = ("password", "target_session_attrs")
+    params = {k: v for k, v in conninfo_to_dict(dsn).items() if k not in hidden}
+    return shlex.quote(make_conninfo("", **params))
 
 
 def _where(dsn: str) -> str:

@@ -11,7 +11,6 @@ import pytest
 from fleetq.core import leasing, migrate, report
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
-from fleetq.core.errors import FleetqError
 from fleetq.core.models import FencingToken, JobId
 from tests import factories
 
@@ -215,17 +214,6 @@ async def test_runners_and_clock(driver: Driver, sync_conn: SyncConnection) -> N
         ("node-b/r1", None, "draining", False),
     ]
     assert (await report.clock(driver)).tzinfo is not None
-
-
-def test_one_run_per_database_at_a_time(db_dsn: str) -> None:
-    with (
-        report.exclusive_run(db_dsn),
-        pytest.raises(FleetqError, match="another fleetq demo is running"),
-        report.exclusive_run(db_dsn),
-    ):
-        pass
-    with report.exclusive_run(db_dsn):  # released with its connection
-        pass
 
 
 def test_reset_drops_the_schema_and_migrate_rebuilds_it(db_dsn: str) -> None:

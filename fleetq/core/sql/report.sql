@@ -149,15 +149,3 @@ SELECT id, pid, state, fleetq.runner_is_stale(last_heartbeat_at) AS stale
 FROM fleetq.runners
 WHERE id = ANY ($1::text[])
 ORDER BY id;
-
--- name: report_run_lock
--- One scripted run per database at a time (two demos would both start runners named
--- node-a/runner). A session lock: it goes with the connection, even on a crash.
--- $1 lock key
-SELECT pg_try_advisory_lock($1::bigint) AS locked;
-
--- name: report_run_unlock
--- Give the run lock back at the end of the run: the server ends a closed connection's
--- session a moment after the client has gone, and a run started in that moment found the
--- lock still held. $1 lock key
-SELECT pg_advisory_unlock($1::bigint) AS unlocked;
