@@ -18,6 +18,7 @@ from fleetq.cli.common import (
     add_actor,
     add_json,
     age,
+    duration,
     job_id_arg,
     positive_arg,
     run,
@@ -431,6 +432,13 @@ def _do_result(args: argparse.Namespace) -> int:
     return DECISION_EXIT[decision(answers)]
 
 
+def _ran(job: Job, now: datetime) -> str:
+    """How long its (last) run took, or has taken so far."""
+    if job.started_at is None:
+        return ""
+    return duration((job.finished_at or now) - job.started_at)
+
+
 def _live_job(answer: ResultAnswer) -> JobId | None:
     """The job of a check that is still to decide something: its own, or a newer one."""
     if answer.status == "live":
@@ -482,9 +490,10 @@ def _do_jobs(args: argparse.Namespace) -> int:
             j.project,
             j.operation,
             j.commit_sha[:12],
-            j.lease_owner or "",
+            j.lease_owner or j.released_by or "",
             j.lease_version,
             age(now, j.lease_expires_at) if j.lease_expires_at else "",
+            _ran(j, now),
             f"{j.lost_count}/{j.reassign_count}",
             age(j.created_at, now),
         ]
@@ -499,9 +508,10 @@ def _do_jobs(args: argparse.Namespace) -> int:
                 "project",
                 "operation",
                 "commit",
-                "owner",
+                "runner",
                 "token",
                 "lease left",
+                "ran",
                 "lost/reassigned",
                 "age",
             ],

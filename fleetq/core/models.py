@@ -200,6 +200,7 @@ class Job(_Row):
     failure_reason: str | None
     cancelled_by: str | None
     cancel_reason: str | None = None
+    released_by: str | None = None  # the runner whose outcome, loss or hand-back ended it
     # As stored: any JSON value. Submit accepts only an object, but rows written before
     # it refused other values are still read, and a reader must show them, not fail.
     payload: JsonValue = {}

@@ -136,3 +136,20 @@ async def test_a_failure_outweighs_an_error_and_an_error_a_pending_check(
     assert code == 3 and answers["unit"]["status"] == "error"  # lost with its runner
     await _ended(driver, runner, "notify", Outcome.FAILED, exit_code=2)
     assert _result(cli, "webapp")[0] == 1
+
+
+async def test_jobs_shows_who_ran_a_finished_job_and_for_how_long(
+    driver: Driver, sync_conn: SyncConnection, cli: Cli
+) -> None:
+    """`fleetq jobs` showed no runner and no duration once a job had finished (issue 42,
+    finding 10)."""
+    runner = await fleet.runner(driver, capabilities=("browser",))
+    job = await _ended(driver, runner, "lint", Outcome.SUCCEEDED, exit_code=0)
+    sync_conn.execute(
+        b"UPDATE fleetq.jobs SET started_at = finished_at - interval '75 seconds' WHERE id = $1",
+        [job],
+    )
+    sync_conn.commit()
+    code, out, _ = cli("jobs")
+    (line,) = [row for row in out.splitlines() if row.startswith(f"{job} ")]
+    assert code == 0 and runner in line and " 1m" in line, out
