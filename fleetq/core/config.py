@@ -281,7 +281,8 @@ def check(conn: SyncConnection, config: FleetConfig, *, source: Path) -> None:
 
 def apply(conn: SyncConnection, config: FleetConfig, *, source: Path) -> ApplySummary:
     """Upsert the configuration in one transaction; nothing is written if any entry fails.
-    An apply that changed anything wakes every lane's runners when it commits."""
+    An apply that changed anything wakes every lane's runners when it commits, and tells
+    every runner to read the settings and operations it keeps again."""
     with conn.transaction():
         _check_lanes(conn, config, source)
         changed = {
@@ -335,6 +336,9 @@ def apply(conn: SyncConnection, config: FleetConfig, *, source: Path) -> ApplySu
             # a job a cap held back was announced at its submit and by nothing since:
             # without this it would wait for a runner's poll (up to --poll-max)
             conn.execute(queries.sql("config_wake_lanes"))
+            # runners keep the lease and offline settings (their beat) and operations:
+            # each reads them again at this commit, not at its restart
+            conn.execute(queries.sql("config_changed"))
         totals = {str(k): int(n) for k, n in conn.execute(queries.sql("config_summary"))}
     return ApplySummary(changed=changed, totals=totals)
 

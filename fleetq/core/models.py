@@ -105,6 +105,9 @@ class Claim(_Row):
     reassign_count: int
     lost_count: int
     traceparent: str | None = None  # W3C trace context given at submit
+    # how long the lease had left when the database answered, on its own clock (None: not
+    # answered): the runner renews and fences this lease by it, not by its settings
+    lease_left_s: float | None = None
 
 
 class Unusable(_Row):
@@ -124,6 +127,7 @@ class HeartbeatResult(_Row):
     job_id: JobId
     status: WriteStatus
     lease_expires_at: datetime | None
+    lease_left_s: float | None = None  # a renewed lease's time left, on the database's clock
 
 
 class JobWrite(_Row):

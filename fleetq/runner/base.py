@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from fleetq.core.driver import AsyncpgDriver
@@ -39,6 +40,7 @@ class RunnerBase:
     _looked_after: set[JobId]
     state: RunnerState
     shutdown_requested: asyncio.Event
+    beat_wake: asyncio.Event  # the heartbeat loop looks again when its next renewal is due
     immediate_requested: asyncio.Event
     done: asyncio.Event
     lease_seconds: int
@@ -72,6 +74,15 @@ class RunnerBase:
         raise NotImplementedError
 
     def _beat_s(self) -> float:
+        raise NotImplementedError
+
+    def _renew_sooner(self, executions: Iterable[Execution]) -> None:
+        raise NotImplementedError
+
+    async def _reread_config(self) -> None:
+        raise NotImplementedError
+
+    def _coalesced(self, key: str, action: Callable[[], Awaitable[None]]) -> None:
         raise NotImplementedError
 
     async def _close_unrun_executions(self) -> None:

@@ -89,10 +89,10 @@ class Claiming(RunnerBase):
             self.wakes[lane].set()  # their room is free again: look for more now
         for c in claims:
             self._launch(c, lane, claimed_at)
-        if claims and time.monotonic() - claimed_at > self._beat_s():
-            # a retried claim's lease dates from its first send: renew it now rather
-            # than let the self-fence stop a run that just began
-            self._spawn(self._heartbeat_once())
+        # a lease shorter than the setting (changed meanwhile), or a retried claim's (it
+        # dates from its first send), may be due before the next renewal: renew it then
+        # rather than let it expire, or the self-fence stop a run that just began
+        self._renew_sooner(self.executions[c.job_id] for c in claims)
 
     def _refill_for(self, reports: list[OutcomeReport]) -> Refill | None:
         """The claim to send with these outcomes: the room they free in the lane most of

@@ -90,6 +90,8 @@ class Control(RunnerBase):
                 await conn.add_listener("fleetq_control", self._on_control)
                 if connects:
                     log.info("LISTEN connection re-established; polling once")
+                    # a configuration change announced meanwhile went unheard
+                    self._coalesced("config", self._reread_config)
                 connects += 1
                 self._wake_all()
                 await self._watch(conn, lost)
@@ -162,12 +164,15 @@ class Control(RunnerBase):
         return self._pending_looks
 
     def _on_control(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        """`runner:ID` and `job:N` are hints that any login can send (NOTIFY takes no
-        privilege): each only makes this runner re-read the database, its state or the
-        job's lease, and an execution stops only when the database says its lease moved
-        or its job was cancelled. A burst costs one read at a time, not one per notice."""
+        """`runner:ID`, `job:N` and `config` are hints that any login can send (NOTIFY
+        takes no privilege): each only makes this runner re-read the database, its state,
+        the job's lease or the fleet's configuration (`fleetq apply` sends `config`), and
+        an execution stops only when the database says its lease moved or its job was
+        cancelled. A burst costs one read at a time, not one per notice."""
         kind, _, ident = str(payload).partition(":")
-        if kind == "runner" and ident == self.runner:
+        if kind == "config" and not ident:
+            self._coalesced("config", self._reread_config)
+        elif kind == "runner" and ident == self.runner:
             self._coalesced("state", self._follow_state)
         elif kind == "job" and ident.isdigit() and JobId(int(ident)) in self.executions:
             self._jobs_to_check.add(JobId(int(ident)))

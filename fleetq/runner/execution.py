@@ -74,6 +74,10 @@ class Execution:
     # monotonic time at which the lease was last known renewed (sent before the renewal,
     # so it errs early): self-fencing counts from here, never from the runner's wall clock
     renewed_at: float = field(default_factory=time.monotonic)
+    # how long the lease was good for from `renewed_at`, as the database answered the
+    # claim or renewal sent then (None: not answered; the runner's lease setting stands):
+    # renewal and self-fence follow each lease's own length, whatever the settings say now
+    lease_s: float | None = None
 
     hook: Callable[[], None] | None = None
     stop_unconfirmed: bool = False  # a stop was asked, but the process group survived it

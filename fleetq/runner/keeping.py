@@ -1,30 +1,87 @@
-"""Keeping leases: renewal, the self-fence, stopping what this runner no longer holds,
-confirming stops, the periodic collection pass, the reaper pass, the schedules of its
-lanes, and following the runner's own row (pause, drain). The self-fence rule itself is
-in `fencing`."""
+"""Keeping leases: renewal (each lease by its own length, as the database answered it),
+the self-fence, stopping what this runner no longer holds, confirming stops, the periodic
+collection pass, the reaper pass, the schedules of its lanes, and following the runner's
+own row (pause, drain). The self-fence rule itself is in `fencing`."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
+from collections.abc import Iterable
 
 from fleetq.core import fleet, leasing, queries
 from fleetq.core.errors import NotFound, StaleLease
 from fleetq.core.models import FencingToken, JobId, RunnerState, WriteStatus
-from fleetq.runner import metrics
+from fleetq.runner import loops, metrics
 from fleetq.runner.base import RunnerBase, log
 from fleetq.runner.execution import Execution, release_counted
 from fleetq.runner.fencing import FenceRule
+
+MIN_BEAT_S = 0.2  # renewals are never sent closer together than this
 
 
 class LeaseKeeping(RunnerBase):
     """Renewal, fencing, stops and the periodic passes."""
 
     _renewal_sent: float | None = None  # when the renewal in flight was sent (diagnostics)
+    _next_beat: float = 0.0  # when the heartbeat loop means to renew next (monotonic)
 
     def _beat_s(self) -> float:
-        """Renew often enough for the lease and for the offline threshold alike."""
-        return max(0.2, min(self.lease_seconds, self.offline_after_seconds) / 3)
+        """The runner's own beat: often enough for its lease setting and for the offline
+        threshold alike (a lease shorter than the setting is renewed sooner: `_renew_by`)."""
+        return max(MIN_BEAT_S, min(self.lease_seconds, self.offline_after_seconds) / 3)
+
+    def _lease_s(self, ex: Execution) -> float:
+        """How long `ex`'s lease is good for after `ex.renewed_at`: what the database
+        answered for it, else the lease setting."""
+        return self.lease_seconds if ex.lease_s is None else ex.lease_s
+
+    def _due(self, ex: Execution) -> float:
+        """When `ex`'s lease is due for renewal: a third of its own length after it was
+        last renewed, so two renewals may fail before the self-fence."""
+        return ex.renewed_at + self._lease_s(ex) / 3
+
+    def _renew_by(self, last: float) -> float:
+        """When the next renewal is due (monotonic), the last one sent at `last`: a beat
+        later, or sooner for a lease that is due first (one granted shorter than the
+        setting: changed by `fleetq apply`), never sooner than MIN_BEAT_S after `last`."""
+        due = min((self._due(ex) for ex in self.executions.values()), default=math.inf)
+        return max(last + MIN_BEAT_S, min(last + self._beat_s(), due))
+
+    def _renew_sooner(self, executions: Iterable[Execution]) -> None:
+        """New leases (a claim, an adoption): wake the heartbeat loop if one is due
+        before its next renewal."""
+        if any(self._due(ex) < self._next_beat for ex in executions):
+            self.beat_wake.set()
+
+    async def _heartbeats(self) -> None:
+        """Renew every lease this runner holds (and say it is alive) in one statement, a
+        beat apart, or sooner when a lease is due first (`_renew_by`); woken when a new
+        lease or new settings may move that time. A failure is retried sooner, backing
+        off, never later than a beat (`loops.every`'s rule)."""
+        backoff = loops.Backoff()
+        last = time.monotonic()
+        retry_at: float | None = None  # after a failure: when to try again
+        while not self.done.is_set():
+            self.beat_wake.clear()  # before reading the executions: no wake is lost
+            self._next_beat = self._renew_by(last) if retry_at is None else retry_at
+            wait = self._next_beat - time.monotonic()
+            if wait > 0:
+                await loops.wait_any((self.done, self.beat_wake), wait)
+                continue  # look again: woken, done, or due now
+            last = time.monotonic()
+            try:
+                await self._heartbeat_once()
+            except Exception as exc:
+                if (error := loops.environmental(exc)) is None:
+                    raise
+                delay = min(self._beat_s(), backoff.next())
+                retry_at = time.monotonic() + delay
+                log.warning("heartbeat failed (%s); retrying in %.1fs", error, delay)
+                continue
+            backoff.reset()
+            retry_at = None
 
     async def _heartbeat_once(self) -> None:
         asked = dict(self.executions)
@@ -42,11 +99,18 @@ class LeaseKeeping(RunnerBase):
         for answer in answers:
             if (ex := self.executions.get(answer.job_id)) is None:
                 continue
-            if answer.status == WriteStatus.OK or (
+            if answer.status == WriteStatus.OK:
+                ex.renewed_at = sent
+                if (left := answer.lease_left_s) is not None:
+                    ex.lease_s = left
+                    # left is what was granted less at most this round trip: anything
+                    # else was granted under another setting than this runner read (one
+                    # changed with no notice it heard): read the settings again
+                    if not self.lease_seconds - took - 1 < left <= self.lease_seconds:
+                        self._coalesced("config", self._reread_config)
+            elif answer.status == WriteStatus.BUSY and ex.in_transaction:
                 # its row is locked by this run's own handler transaction: nobody can take
                 # the lease while it is (claims take queued jobs; the reaper skips it)
-                answer.status == WriteStatus.BUSY and ex.in_transaction
-            ):
                 ex.renewed_at = sent
             elif answer.status == WriteStatus.BUSY:
                 log.warning(
@@ -96,9 +160,9 @@ class LeaseKeeping(RunnerBase):
         """Stop executions whose lease may expire unrenewed (the database is out of
         reach) so that the stop, SIGKILL included, is over before the database could
         expire the lease: the rule and its budget are in `fencing`."""
-        rule = FenceRule(self.lease_seconds)
         now = time.monotonic()
         for ex in list(self.executions.values()):
+            rule = FenceRule(self._lease_s(ex))  # the length the database gave this lease
             if ex.ended_monotonic is not None:
                 # Its process is over and its outcome waits to be written: nothing to
                 # stop. The write is fenced by the database (owner and token): it lands
@@ -114,7 +178,7 @@ class LeaseKeeping(RunnerBase):
                     ex.claim.job_id,
                     ex.claim.lease_version,
                     now - ex.renewed_at,
-                    self.lease_seconds - (now - ex.renewed_at),
+                    rule.lease_s - (now - ex.renewed_at),
                     "no renewal in flight"
                     if pending is None
                     else f"a renewal in flight for {now - pending:.1f}s",

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from fleetq.core.driver import map_error
 from fleetq.core.errors import ConnectionFailed, DatabaseBusy, FleetqError, InvalidInput
@@ -62,6 +62,16 @@ class Backoff:
         delay = self.next()
         await wait_or(interrupt, delay)
         return delay
+
+
+async def wait_any(events: Sequence[asyncio.Event], seconds: float) -> None:
+    """Wait up to `seconds` for any of `events`."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 async def wait_or(event: asyncio.Event | None, seconds: float) -> bool:

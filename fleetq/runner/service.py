@@ -120,6 +120,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         self.wakes = {lane: asyncio.Event() for lane in config.lanes}
         self.state = RunnerState.ACTIVE
         self.shutdown_requested = asyncio.Event()
+        self.beat_wake = asyncio.Event()
         self.immediate = False
         self.immediate_requested = asyncio.Event()
         self.done = asyncio.Event()
@@ -221,8 +222,8 @@ class RunnerService(Claiming, LeaseKeeping, Control):
                     tg.create_task(guard(f"claim:{lane}", self._claim_loop(lane)), name=lane)
                     for lane in self.config.lanes
                 ]
+                tg.create_task(guard("heartbeat", self._heartbeats()), name="heartbeat")
                 for name, interval, work in (
-                    ("heartbeat", self._beat_s, self._heartbeat_once),
                     ("reap", lambda: self.config.reap_interval_s, self._reap_once),
                     ("schedules", lambda: self.config.reap_interval_s, self._schedules_once),
                     ("self-fence", lambda: SELF_FENCE_CHECK_S, self._self_fence_once),
@@ -354,10 +355,34 @@ class RunnerService(Claiming, LeaseKeeping, Control):
                 pid=os.getpid(),
             ),
         )
-        rows = await self.driver.fetch(queries.sql("runners_lease_seconds"))
-        self.lease_seconds = int(rows[0]["lease_seconds"])
-        self.offline_after_seconds = int(rows[0]["offline_after_seconds"])
+        await self._read_timing()
         await self._follow_state()
+
+    async def _read_timing(self) -> None:
+        """The lease setting and the offline threshold: the runner's beat follows both."""
+        rows = await self.driver.fetch(queries.sql("runners_lease_seconds"))
+        lease, offline = int(rows[0]["lease_seconds"]), int(rows[0]["offline_after_seconds"])
+        if (lease, offline) != (self.lease_seconds, self.offline_after_seconds):
+            log.info(
+                "settings: lease %ds, offline after %ds (were %ds, %ds)",
+                lease,
+                offline,
+                self.lease_seconds,
+                self.offline_after_seconds,
+            )
+        self.lease_seconds, self.offline_after_seconds = lease, offline
+
+    async def _reread_config(self) -> None:
+        """The fleet's configuration changed (`fleetq apply` says so on fleetq_control;
+        or this runner's LISTEN connection was away and may have missed it): read again
+        what this runner keeps of it, the lease setting and offline threshold (its beat
+        follows them from now) and the operations it runs (read again at their next
+        launch). Caps, retries and the lease each claim or renewal grants are the
+        database's own, read by every statement that uses them."""
+        self._operations = {}
+        self._reading_operations = None  # a read begun before the change is not reused
+        await self._read_timing()
+        self.beat_wake.set()  # the next renewal may be due sooner now
 
     def _serving(self) -> None:
         """Said once start-up is complete (registered, and what an earlier process left
@@ -466,7 +491,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
     # -- claiming ----------------------------------------------------------------------
 
     def _launch(self, claim: Claim, lane: str, sent: float) -> None:
-        ex = Execution(claim=claim, lane=lane, renewed_at=sent)
+        ex = Execution(claim=claim, lane=lane, renewed_at=sent, lease_s=claim.lease_left_s)
         if (older := self.executions.get(claim.job_id)) is not None:
             # This runner claimed again a job it still runs under an older token (it was
             # frozen past its lease, e.g. SIGSTOP, and the job came back to the queue):
@@ -567,6 +592,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
     async def _adopt(self, entry: Entry) -> None:
         """Take over a run launched before a restart: report its start if that was lost,
         then follow it to its outcome like any other execution."""
+        sent = time.monotonic()  # its lease's clock, as a renewal's
         rows = await self.driver.fetch(queries.sql("lease_job"), self.runner, entry.job_id)
         if not rows:
             # its lease ended between the collection pass and now: the run may not go on
@@ -585,7 +611,12 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             log.warning("refused job=%d token=%d: %s", claim.job_id, entry.token, claim.reason)
             return
         ex = Execution(
-            claim=claim, lane=row["lane"], known_run_id=uuid.UUID(entry.run_id), pid=entry.pid
+            claim=claim,
+            lane=row["lane"],
+            known_run_id=uuid.UUID(entry.run_id),
+            pid=entry.pid,
+            renewed_at=sent,
+            lease_s=claim.lease_left_s,
         )
         assert entry.pid is not None and entry.started_at is not None
         if row["state"] == "claimed":
@@ -609,6 +640,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             entry.run_id,
         )
         self.executions[claim.job_id] = ex
+        self._renew_sooner([ex])
         task = asyncio.create_task(self._follow(ex, entry.started_at), name=f"job:{claim.job_id}")
         self.tasks[claim.job_id] = task
         task.add_done_callback(functools.partial(self._finished, ex))
@@ -626,7 +658,11 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             # 256 reads); a read that failed is not shared with the next miss
             if self._reading_operations is None or self._reading_operations.done():
                 self._reading_operations = asyncio.ensure_future(self._read_operations())
-            self._operations = await asyncio.shield(self._reading_operations)
+            reading = self._reading_operations
+            read = await asyncio.shield(reading)
+            if reading is self._reading_operations:  # not one that predates a change
+                self._operations = read
+            return read.get((project, name))
         return self._operations.get((project, name))
 
     async def _read_operations(self) -> dict[tuple[str, str], Operation]:

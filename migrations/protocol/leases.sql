@@ -333,9 +333,14 @@ BEGIN
     -- itself. `jobs` before `executions`, the order of every other writer of both and of
     -- the migrations that alter both (0024): the other order deadlocked with them.
     LOCK TABLE fleetq.jobs, fleetq.executions IN ROW EXCLUSIVE MODE;
+    -- The lease is extended, never shortened: the runner renews and fences it by the
+    -- length its claim or last renewal answered, and a start report answers none (a
+    -- lease setting lowered by `fleetq apply` since the claim takes effect at the next
+    -- renewal, which says so).
     UPDATE fleetq.jobs
     SET state = 'running', started_at = clock_timestamp(), updated_at = clock_timestamp(),
-        lease_expires_at = clock_timestamp() + fleetq.setting_seconds('lease_seconds')
+        lease_expires_at = greatest(lease_expires_at,
+                                    clock_timestamp() + fleetq.setting_seconds('lease_seconds'))
     WHERE id = p_job AND lease_owner = p_runner AND lease_version = p_version AND state = 'claimed'
     RETURNING claimed_at INTO v_claimed_at;
     IF FOUND THEN

@@ -134,6 +134,41 @@ async def test_lease_expiry_is_database_time(driver: Driver, sync_conn: SyncConn
     assert 40 < remaining <= 45
 
 
+async def test_each_lease_answers_its_own_length_and_a_start_never_shortens_it(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """A runner renews and fences each lease by what the database granted it (issue 42):
+    the claim and each renewal say how long the lease has left, on the database's clock,
+    whatever the lease setting was when the runner read it. A start report sent after
+    the setting was lowered leaves the claim's longer lease alone (it answers no length);
+    the next renewal grants the new one and says so."""
+    sync_conn.execute("UPDATE fleetq.settings SET value = '30' WHERE name = 'lease_seconds'")
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    assert claim.lease_left_s is not None and 25 < claim.lease_left_s <= 30
+    sync_conn.execute("UPDATE fleetq.settings SET value = '5' WHERE name = 'lease_seconds'")
+    assert await leasing.report_start(driver, runner=runner, start=_start(claim)) == WriteStatus.OK
+    (row,) = sync_conn.execute(
+        "SELECT lease_expires_at FROM fleetq.jobs WHERE id = $1", [claim.job_id]
+    ).fetchall()
+    assert row[0] == claim.lease_expires_at  # not cut to five seconds from the start
+    (beat,) = await leasing.heartbeat(
+        driver, runner=runner, leases=[(claim.job_id, claim.lease_version)]
+    )
+    assert beat.status == WriteStatus.OK
+    assert beat.lease_left_s is not None and 0 < beat.lease_left_s <= 5
+    sync_conn.execute("UPDATE fleetq.settings SET value = '40' WHERE name = 'lease_seconds'")
+    (beat,) = await leasing.heartbeat(
+        driver, runner=runner, leases=[(claim.job_id, claim.lease_version)]
+    )
+    assert beat.lease_left_s is not None and 35 < beat.lease_left_s <= 40
+    stale = await leasing.heartbeat(
+        driver, runner=runner, leases=[(claim.job_id, FencingToken(claim.lease_version + 1))]
+    )
+    assert [(b.status, b.lease_left_s) for b in stale] == [(WriteStatus.STALE, None)]
+
+
 async def test_empty_queue_and_unknown_runner(driver: Driver) -> None:
     runner = await fleet.runner(driver)
     assert await leasing.claim(driver, runner=runner, lane="checks", limit=5) == []

@@ -76,6 +76,11 @@ SELECT name FROM fleetq.lanes ORDER BY name;
 -- announced once at their submit and are announced by nothing else.
 SELECT pg_notify('fleetq_work', name) FROM fleetq.lanes;
 
+-- name: config_changed
+-- Tell every runner at commit that the configuration changed (a hint on fleetq_control):
+-- each reads again the settings it keeps (lease, offline threshold) and its operations.
+SELECT pg_notify('fleetq_control', 'config');
+
 -- name: config_summary
 -- What the fleet configuration holds now, one row per kind.
 SELECT 'lanes' AS kind, count(*) AS n FROM fleetq.lanes

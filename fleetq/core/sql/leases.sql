@@ -8,13 +8,18 @@ SELECT pg_notify('fleetq_work', $1::text);
 
 -- name: lease_claim
 -- Take up to $3 eligible jobs of lane $2 for runner $1, as claim $4 (a client-made uuid:
--- a retry with the same id returns what the first attempt took).
-SELECT * FROM fleetq.claim($1::text, $2::text, $3::integer, $4::uuid);
+-- a retry with the same id returns what the first attempt took). lease_left_s: how long
+-- each lease has left on the database's clock, read after the claim set it (so never
+-- more than it granted): the runner renews and fences each lease by its own length.
+SELECT c.*, extract(epoch FROM c.lease_expires_at - clock_timestamp())::float8 AS lease_left_s
+FROM fleetq.claim($1::text, $2::text, $3::integer, $4::uuid) c;
 
 -- name: lease_heartbeat
--- Extend the leases of many jobs of one runner; answers ok/stale per job.
+-- Extend the leases of many jobs of one runner; answers ok/stale per job, and for a
+-- renewed one how long it has left (lease_left_s, as in lease_claim).
 -- $1 runner, $2 job ids, $3 their lease versions
-SELECT * FROM fleetq.heartbeat($1::text, $2::bigint[], $3::bigint[]);
+SELECT h.*, extract(epoch FROM h.lease_expires_at - clock_timestamp())::float8 AS lease_left_s
+FROM fleetq.heartbeat($1::text, $2::bigint[], $3::bigint[]) h;
 
 -- name: lease_report_start
 -- claimed -> running, with the execution's identity (node, run id, pid, start time).
@@ -32,11 +37,13 @@ SELECT * FROM fleetq.complete($1::text, $2::bigint[], $3::bigint[], $4::text[], 
 
 -- name: lease_complete_and_claim
 -- lease_complete's outcomes, then a claim of up to $12 jobs of lane $11 as claim $13, in one
--- transaction: kind 'outcome' rows (job_id, status), then kind 'claim' rows.
-SELECT * FROM fleetq.complete_and_claim($1::text, $2::bigint[], $3::bigint[], $4::text[],
-                                        $5::integer[], $6::text[], $7::text[], $8::integer[],
-                                        $9::integer[], $10::integer[], $11::text, $12::integer,
-                                        $13::uuid);
+-- transaction: kind 'outcome' rows (job_id, status), then kind 'claim' rows (with
+-- lease_left_s, as in lease_claim).
+SELECT r.*, extract(epoch FROM r.lease_expires_at - clock_timestamp())::float8 AS lease_left_s
+FROM fleetq.complete_and_claim($1::text, $2::bigint[], $3::bigint[], $4::text[],
+                               $5::integer[], $6::text[], $7::text[], $8::integer[],
+                               $9::integer[], $10::integer[], $11::text, $12::integer,
+                               $13::uuid) r;
 
 -- name: lease_report_lost
 -- An explicit loss: requeued the first time, failed ('lost') the second.
@@ -96,9 +103,10 @@ SELECT fleetq.release($1::text, $2::bigint, $3::bigint, $4::text, $5::boolean,
 SELECT * FROM fleetq.runner_job_states($1::text, $2::bigint[]);
 
 -- name: lease_job
--- A job this runner holds, in full (to adopt a run launched before a restart).
--- $1 runner, $2 job
-SELECT * FROM fleetq.runner_job($1::text, $2::bigint);
+-- A job this runner holds, in full (to adopt a run launched before a restart), with how
+-- long its lease has left (lease_left_s, as in lease_claim). $1 runner, $2 job
+SELECT j.*, extract(epoch FROM j.lease_expires_at - clock_timestamp())::float8 AS lease_left_s
+FROM fleetq.runner_job($1::text, $2::bigint) j;
 
 -- name: lease_operations
 -- What each registered operation runs, with its project's repository, for runners.
