@@ -318,7 +318,7 @@ class EmbeddedServer:
     def _front(self) -> FrontState | None:
         """The TLS front named by its state file, when that process is alive."""
         state = read_state(self.front_file)
-        if state is None or not _is_front(state.pid):
+        if state is None or not _is_front(state.pid, self.front_file):
             return None
         return state
 
@@ -327,7 +327,7 @@ class EmbeddedServer:
         self._stop_front()
         log_file = self.log_dir / "front.log"
         argv = [sys.executable, "-m", "fleetq.core.tlsfront", "--listen", listen]
-        argv += ["--upstream", str(upstream), "--state", str(self.front_file)]
+        argv += ["--upstream", str(upstream), f"--state={self.front_file}"]
         argv += ["--cert", str(self.certificate_file), "--key", str(self.key_file)]
         if self._as_root:
             argv += ["--user", _ensure_server_user().pw_name]
@@ -354,9 +354,9 @@ class EmbeddedServer:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(state.pid, signal.SIGTERM)
             deadline = time.monotonic() + FRONT_TIMEOUT_S
-            while _is_front(state.pid) and time.monotonic() < deadline:
+            while _is_front(state.pid, self.front_file) and time.monotonic() < deadline:
                 time.sleep(0.02)  # polling for the process to be gone
-            if _is_front(state.pid):
+            if _is_front(state.pid, self.front_file):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(state.pid, signal.SIGKILL)
         self.front_file.unlink(missing_ok=True)
@@ -701,12 +701,14 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _is_front(pid: int) -> bool:
-    """Whether `pid` is a live TLS front (a pid reused by another process is not)."""
+def _is_front(pid: int, state_file: Path) -> bool:
+    """Whether `pid` is a live TLS front of this home (its state file on its command
+    line): a pid reused by another process, another home's front included, is not."""
     try:
-        return b"fleetq.core.tlsfront" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+    return b"fleetq.core.tlsfront" in argv and f"--state={state_file}".encode() in argv
 
 
 def _runs_as_server(programs: Path) -> str | None:

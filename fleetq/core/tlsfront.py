@@ -64,7 +64,11 @@ class FrontState(BaseModel):
 
 
 class _Refused(Exception):
-    """A client that did not ask for TLS."""
+    """A client refused before TLS, with PostgreSQL's SQLSTATE and message for it."""
+
+    def __init__(self, code: str = "28000", message: str = "") -> None:
+        super().__init__(message or REFUSAL)
+        self.code, self.message = code, message or REFUSAL
 
 
 def error_response(code: str, message: str) -> bytes:
@@ -90,6 +94,11 @@ async def _negotiate(
             await writer.drain()
             continue
         if length == 8 and code == SSL_REQUEST:
+            if _buffered(reader):
+                # bytes sent in clear behind the request would reach the server as if
+                # they had come through TLS (PostgreSQL's CVE-2021-23214): refused, as
+                # PostgreSQL refuses them
+                raise _Refused("08P01", "received unencrypted data after the SSL request")
             writer.write(b"S")
             await writer.drain()
             await writer.start_tls(context)
@@ -99,6 +108,11 @@ async def _negotiate(
         if 8 <= length <= _MAX_STARTUP:  # read the whole packet: the client then reads
             await reader.readexactly(length - 8)  # our answer, not a reset
         raise _Refused
+
+
+def _buffered(reader: asyncio.StreamReader) -> bool:
+    """Whether the client sent more than was read (asyncio has no public peek)."""
+    return bool(getattr(reader, "_buffer", b""))
 
 
 async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
@@ -125,7 +139,7 @@ async def serve_client(
     try:
         await _serve(reader, writer, context, upstream)
     except asyncio.CancelledError:  # the front is stopping: its clients' sockets close
-        writer.close()
+        writer.transport.abort()
 
 
 async def _serve(
@@ -138,9 +152,9 @@ async def _serve(
     try:
         async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
             first = await _negotiate(reader, writer, context)
-    except _Refused:
-        log.info("%s refused: it did not ask for TLS", peer)
-        writer.write(error_response("28000", REFUSAL))
+    except _Refused as refused:
+        log.info("%s refused: %s", peer, refused.message)
+        writer.write(error_response(refused.code, refused.message))
         with contextlib.suppress(ConnectionError, OSError):
             await writer.drain()
         await _close(writer)
@@ -195,9 +209,18 @@ async def run(
 ) -> None:
     """Serve until SIGTERM or SIGINT."""
     host = None if listen[0] in ("*", "") else listen[0]  # "*": every address
-    server = await asyncio.start_server(
-        lambda r, w: serve_client(r, w, context, upstream), host, listen[1]
-    )
+    clients: set[asyncio.Task[None]] = set()
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        clients.add(task)
+        try:
+            await serve_client(reader, writer, context, upstream)
+        finally:
+            clients.discard(task)
+
+    server = await asyncio.start_server(client, host, listen[1])
     state = FrontState(pid=os.getpid(), listen=f"{listen[0]}:{listen[1]}", upstream=upstream)
     new = state_file.with_name(state_file.name + ".new")
     new.write_text(state.model_dump_json() + "\n")
@@ -209,8 +232,14 @@ async def run(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with server:
-        await stop.wait()
+    await stop.wait()
+    # stop listening and cut every client at once: waiting for them to leave (what
+    # `async with server` does from Python 3.12) would hold `fleetq server stop`
+    server.close()
+    for task in list(clients):
+        task.cancel()
+    if clients:
+        await asyncio.wait(list(clients), timeout=5)
     log.info("stopped")
 
 

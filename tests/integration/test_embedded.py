@@ -28,7 +28,7 @@ from fleetq.core.embedded import (
 )
 from fleetq.core.errors import EmbeddedServerError
 from fleetq.core.pgbinaries import Bundle, installed, prune_copies, runnable_copy
-from fleetq.core.tlsfront import read_state
+from fleetq.core.tlsfront import SSL_REQUEST, read_state
 from tests.conftest import make_home
 
 pytestmark = pytest.mark.slow
@@ -204,7 +204,83 @@ def test_the_front_refuses_clear_text_and_slow_handshakes(home: Path) -> None:
         raw.sendall(b"\x00\x00")  # half a length, then silence
         assert raw.recv(4096) == b""  # closed by the front's handshake deadline
     log = (home / "log" / "front.log").read_text()
-    assert "did not ask for TLS" in log and "dropped before its TLS handshake" in log
+    assert "refused: fleetq's embedded server serves TCP over TLS only" in log
+    assert "dropped before its TLS handshake" in log
+
+
+def test_clear_text_sent_with_the_ssl_request_never_reaches_the_server(home: Path) -> None:
+    """Bytes a man in the middle appends in clear after the client's SSLRequest stay in
+    the front's StreamReader buffer across start_tls and are piped to the server as if
+    they had come inside TLS; the server's answer to them is then delivered inside the
+    client's TLS session (CVE-2021-23214's class; PostgreSQL refuses such a connection:
+    "received unencrypted data after SSL request")."""
+    server = EmbeddedServer(home)
+    port = _free_port()
+    server.ensure_running(listen=f"127.0.0.1:{port}")
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as raw:
+        startup = b"\x00\x03\x00\x00user\x00postgres\x00database\x00fleetq\x00\x00"
+        injected = struct.pack("!I", len(startup) + 4) + startup  # in clear, pre-TLS
+        raw.sendall(struct.pack("!II", 8, SSL_REQUEST) + injected)
+        answered = raw.recv(4096)
+    # refused before TLS, as PostgreSQL refuses it (the review's fix: once the front
+    # answered `S`, the server's reply to the clear-text packet came inside TLS)
+    assert answered[:1] == b"E" and b"08P01" in answered, answered
+    assert b"unencrypted data after the SSL request" in answered
+
+
+def test_a_stale_state_file_naming_another_homes_front(home: Path) -> None:
+    """`_is_front` accepts any process whose command line says fleetq.core.tlsfront, so a
+    stale front.json whose pid is reused by another home's front (kill -9, OOM, reboot
+    with several homes) makes `status`/`start --listen` report this home served while
+    nothing listens, and this home's `stop` kills the other home's front."""
+    home_b = make_home()
+    a, b = EmbeddedServer(home), EmbeddedServer(home_b)
+    port_a, port_b = _free_port(), _free_port()
+    a.ensure_running(listen=f"127.0.0.1:{port_a}")
+    b.ensure_running(listen=f"127.0.0.1:{port_b}")
+    front_a, front_b = read_state(a.front_file), read_state(b.front_file)
+    assert front_a is not None and front_b is not None
+    os.kill(front_a.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _alive(front_a.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # the pid of A's dead front now names B's front, as a reused pid would
+    stale = {"pid": front_b.pid, "listen": front_a.listen, "upstream": front_a.upstream}
+    a.front_file.write_text(json.dumps(stale) + "\n")
+
+    try:
+        assert a.status().front_down == f"127.0.0.1:{port_a}"  # not B's front
+        status = a.ensure_running(listen=f"127.0.0.1:{port_a}")  # so A's is started again
+        assert status.listen == f"127.0.0.1:{port_a}"
+        socket.create_connection(("127.0.0.1", port_a), timeout=10).close()
+        a.stop()  # waits for what it stops to be gone: B's front must not be that
+        assert _alive(front_b.pid)
+        socket.create_connection(("127.0.0.1", port_b), timeout=10).close()
+    finally:
+        b.stop()
+        shutil.rmtree(home_b, ignore_errors=True)
+
+
+def test_sigterm_stops_the_front_with_clients_connected(home: Path) -> None:
+    """On SIGTERM with an idle client connected the front lingered: 5 s on Python 3.11
+    (it waited for the client's TLS close), and on Python >= 3.12 until every client
+    left (`async with server` waits for connections), so `stop` SIGKILLed it."""
+    server = EmbeddedServer(home)
+    port = _free_port()
+    status = server.ensure_running(listen=f"127.0.0.1:{port}")
+    assert status.tcp_dsn is not None
+    password = server.password_file.read_text().strip()
+    front = read_state(server.front_file)
+    assert front is not None
+    client = psycopg.connect(status.tcp_dsn, password=password, connect_timeout=10)
+    client.execute("SELECT 1")
+    try:
+        os.kill(front.pid, signal.SIGTERM)
+        _wait_for(lambda: not _alive(front.pid), "the front to stop, a client still on it")
+        with pytest.raises(psycopg.OperationalError):
+            client.execute("SELECT 1")  # cut by the front, not closed by the client
+    finally:
+        client.close()
 
 
 def _alive(pid: int) -> bool:
