@@ -1,5 +1,5 @@
 """`python -m fleetq` is the `fleetq` command."""
 
-from fleetq.cli.main import main
+from fleetq.cli.entry import main
 
 raise SystemExit(main())

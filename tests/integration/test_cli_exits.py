@@ -6,6 +6,9 @@ traceback or a raw database error."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -242,3 +245,38 @@ def test_logs_of_a_token_the_job_never_had_is_not_found(
     assert cli("submit", "tools", "lint", "--commit", SHA)[0] == 0
     code, _, err = cli("logs", "1", "--token", "99")
     assert code == 65 and "never ran under token 99" in err, err
+
+
+@pytest.mark.parametrize("after_s", [0.05, 0.15, 0.3, 0.5])
+def test_ctrl_c_while_the_command_loads_exits_130_without_a_traceback(
+    db_dsn: str, after_s: float
+) -> None:
+    """Ctrl-C in a command's first second (while its modules load) printed a
+    KeyboardInterrupt traceback (issue 42, finding 8). Whenever it lands: 130, or the
+    signal's own end before Python handles it, and never a traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetq", "--dsn", db_dsn, "jobs"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        proc.wait(timeout=after_s)  # the Ctrl-C lands while it loads, or after it ended
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, err)
+    assert "Traceback" not in err, err
+
+
+def test_version_answers_without_loading_the_commands() -> None:
+    """`fleetq --version` paid the whole command line's import for one line."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "fleetq", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip().startswith("fleetq ")
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert not {"psycopg", "pydantic", "fleetq.cli.main"} & loaded, sorted(loaded)
