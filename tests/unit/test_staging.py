@@ -60,7 +60,7 @@ async def test_an_unknown_commit_is_missing_and_an_unknown_repository_fails(
     staging = Staging(tmp_path / "work")
     with pytest.raises(CommitMissing, match="is not in"):
         await staging.stage(repository=str(origin), commit="c" * 40, name="t1")
-    with pytest.raises(StagingFailed, match="cannot clone .*: fatal: .* does not exist"):
+    with pytest.raises(StagingFailed, match=r"cannot clone .*: fatal: .* does not exist"):
         await staging.stage(repository=str(tmp_path / "nowhere"), commit="c" * 40, name="t2")
 
 
