@@ -301,16 +301,11 @@ def _warn_if_nobody_can(args: argparse.Namespace, job: JobId) -> None:
     nobody has, more memory than any runner has): it would wait with no sign why. (With
     no runner registered yet, or a login that may not read runners, nothing is said.)"""
     try:
-        explained = run(args, lambda d: eligibility.explain(d, job))
+        warning = run(args, lambda d: eligibility.never_runnable(d, job))
     except FleetqError:
         return
-    if explained.never and explained.runners:
-        print(
-            f"warning: no registered runner could ever run job {job} "
-            f"({escape(explained.summary())}); it waits until one that can registers "
-            f"(fleetq explain {job})",
-            file=sys.stderr,
-        )
+    if warning is not None:
+        print(f"warning: {escape(warning)}", file=sys.stderr)
 
 
 def _cancel(commands: Commands) -> None:

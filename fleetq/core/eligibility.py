@@ -158,6 +158,21 @@ async def explain(driver: Driver, job_id: JobId) -> Explanation:
     )
 
 
+async def never_runnable(driver: Driver, job_id: JobId) -> str | None:
+    """The warning a submit gives when no registered runner could ever run `job_id` (a
+    capability nobody has, a node no runner is on, more memory than any runner has): it
+    would wait with no sign why. None when one could, or when no runner is registered
+    yet. The CLI and the HTTP API both say this; a caller that may not read runners gets
+    the database's refusal (`FleetqError`), and says nothing."""
+    explained = await explain(driver, job_id)
+    if not (explained.never and explained.runners):
+        return None
+    return (
+        f"no registered runner could ever run job {job_id} ({explained.summary()}); "
+        f"it waits until one that can registers (fleetq explain {job_id})"
+    )
+
+
 async def _full_caps(driver: Driver) -> dict[tuple[str, str], str]:
     """(kind, name) -> "lane checks at its cap (8/8)", for each cap that is full now."""
     return {
