@@ -1,12 +1,20 @@
 """The HTTP producer API: submit (idempotent by key), a job's status, a commit's result,
-cancel, whoami and health, as JSON with an OpenAPI document (/openapi.json, /docs).
+cancel, whoami and health, as JSON with an OpenAPI document (/openapi.json).
 
 Every call but health acts for its bearer token (`fleetq tokens`), in one transaction,
 through the same core functions the CLI calls: the same validation, the same messages,
 and the protocol's own checks of who may do what. Errors answer
 `{"error": {"type", "message"}}` with the status a client can act on (400 bad input,
 401 no valid token, 403 not allowed, 404 no such job, 409 a conflicting key, 422 an
-unknown project or operation, 503 database unreachable or busy: retry).
+unknown project or operation, 503 database unreachable or busy: retry). The document
+lists, per operation, exactly the statuses it answers (tests/integration/test_api.py
+drives each one), and each request has one line in the access log (fleetq/api/access.py).
+
+No /docs or /redoc: FastAPI's pages load Swagger UI and ReDoc from a CDN, so they are
+blank offline and run a third party's script on the API's origin; no maintained package
+among fleetq's dependencies ships those assets, and vendoring megabytes of JavaScript is
+not this repository's to keep up to date. /openapi.json is the schema: any OpenAPI
+viewer or client generator reads it.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Path, Request, Response
@@ -24,9 +32,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
 from fleetq import __version__
-from fleetq.api.gateway import Gateway, job_path
+from fleetq.api import access
+from fleetq.api.gateway import Gateway, job_path, savepoint
 from fleetq.api.limits import BodyLimit
 from fleetq.api.models import (
+    COMMIT_PATTERN,
     Caller,
     CancelRequest,
     CommitResult,
@@ -35,7 +45,8 @@ from fleetq.api.models import (
     SubmitRequest,
     Submitted,
 )
-from fleetq.core import errors, producer, readers, validation
+from fleetq.core import eligibility, errors, producer, readers, validation
+from fleetq.core.driver import AsyncpgDriver
 from fleetq.core.models import CancelResult, Job, JobId, decision
 
 log = logging.getLogger("fleetq.api")
@@ -61,15 +72,30 @@ _HTTP_TYPES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_la
 _bearer = HTTPBearer(auto_error=False, description="a token from `fleetq tokens add`")
 Token = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 JobPath = Annotated[int, Path(ge=1, le=BIGINT_MAX, description="the job's id")]
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody, "description": text}
-    for code, text in [
-        (400, "the request is malformed (the CLI's message says which field)"),
-        (401, "no token, or an unknown or revoked one"),
-        (403, "the token's holder may not do this"),
-        (503, "the database is unreachable or busy: retry"),
-    ]
+CommitPath = Annotated[
+    str,
+    Path(
+        description="the full 40-hex commit SHA (any case)",
+        json_schema_extra={"pattern": COMMIT_PATTERN},
+    ),
+]
+_ERROR_TEXT = {
+    400: "the request is malformed (the CLI's message says which field)",
+    401: "no token, or an unknown or revoked one",
+    403: "the token's holder may not do this",
+    404: "no such job",
+    409: "the idempotency key names a different request",
+    413: "the request body is over the server's --max-body",
+    503: "the database is unreachable or busy: retry",
 }
+
+
+def _errors(*codes: int, **said: str) -> dict[int | str, dict[str, Any]]:
+    """The error answers of an operation, each `ErrorBody`: `codes` with their usual
+    words, `said` (`s422="..."`) with words of the operation's own."""
+    texts = {code: _ERROR_TEXT[code] for code in codes}
+    texts.update({int(key.removeprefix("s")): text for key, text in said.items()})
+    return {code: {"model": ErrorBody, "description": text} for code, text in texts.items()}
 
 
 def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
@@ -88,22 +114,55 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
         version=__version__,
         summary="Submit jobs to a fleetq queue and read their results.",
         lifespan=lifespan,
+        docs_url=None,  # Swagger UI and ReDoc come from a CDN: see the module's docstring
+        redoc_url=None,
     )
     app.add_middleware(BodyLimit, max_bytes=max_body)
+    app.add_middleware(access.AccessLog, logger=log)  # added last: outside the body limit
+    app.openapi = _documented(app)  # type: ignore[method-assign]
     _handle_errors(app)
+
+    @contextlib.asynccontextmanager
+    async def acting(
+        token: HTTPAuthorizationCredentials | None,
+    ) -> AsyncIterator[tuple[AsyncpgDriver, Caller]]:
+        """`gateway.acting` for the request's token; the access log names its holder."""
+        async with gateway.acting(_secret(token)) as (driver, caller):
+            access.identify(caller.kind, caller.identity)
+            yield driver, caller
+
+    async def never_runnable(driver: AsyncpgDriver, job_id: JobId) -> list[str]:
+        """The CLI's warning when no registered runner could ever run the job. Only a
+        login that reads runners can tell (an administrator's DSN; a gateway login
+        reads what a submitter reads), so on a refusal the API stops asking until it
+        restarts, and a failure here never undoes the submit (a savepoint of its own)."""
+        if not gateway.reads_runners:
+            return []
+        try:
+            async with savepoint(driver):
+                warning = await eligibility.never_runnable(driver, job_id)
+        except errors.PermissionDenied:
+            gateway.reads_runners = False
+            return []
+        except errors.FleetqError:
+            return []
+        return [warning] if warning is not None else []
 
     @app.post(
         "/v1/jobs",
         status_code=201,
         response_model=Submitted,
         responses={
-            **_ERRORS,
             200: {"model": Submitted, "description": "the idempotency key's existing job"},
-            409: {"model": ErrorBody, "description": "the key names a different request"},
-            422: {
-                "model": ErrorBody,
-                "description": "unknown project or operation, or an `after` job not found",
-            },
+            **_errors(
+                400,
+                401,
+                403,
+                409,
+                413,
+                503,
+                s422="unknown project or operation, or an `after` job not found",
+            ),
         },
         summary="Submit a job",
     )
@@ -118,7 +177,9 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
         """Submit PROJECT OPERATION at an exact commit, as the token's identity (which
         sets the priority class). With an idempotency key, a repeat answers 200 with the
         job it already made. A W3C `traceparent` header is stored and handed to the job;
-        a malformed one is ignored (as the standard asks) and said so in `warnings`."""
+        a malformed one is ignored (as the standard asks) and said so in `warnings`, as
+        is a job no registered runner could ever run (when the API's login reads
+        runners: an administrator's DSN, not a gateway login)."""
         key = body.idempotency_key
         if idempotency_key is not None:
             # a header is read as latin-1: the same key sent as UTF-8 bytes would name
@@ -138,7 +199,7 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
                 trace = validation.traceparent(traceparent)
             except errors.InvalidInput as exc:
                 warnings.append(f"ignored the traceparent header: {exc}")
-        async with gateway.acting(_secret(token)) as (driver, caller):
+        async with acting(token) as (driver, caller):
             answer = await producer.submit(
                 driver,
                 project=body.project,
@@ -152,6 +213,8 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
                 after=body.after,
                 traceparent=trace,
             )
+            if answer.created:
+                warnings += await never_runnable(driver, answer.job_id)
         location = job_path(answer.job_id)
         response.headers["Location"] = location
         if not answer.created:
@@ -161,19 +224,20 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
     @app.get(
         "/v1/jobs/{job_id}",
         response_model=Job,
-        responses={**_ERRORS, 404: {"model": ErrorBody, "description": "no such job"}},
+        responses=_errors(400, 401, 404, 503),
         summary="A job's state",
     )
     async def job(job_id: JobPath, token: Token) -> Job:
         """The job as `fleetq jobs --json` shows it: state, lease, budgets (attempts,
-        lost, reassigned), what it waits on, its trace context."""
-        async with gateway.acting(_secret(token)) as (driver, _):
+        lost, reassigned), what it waits on, its trace context. Every token reads every
+        job (a submitter's too: what it may not do is cancel another's)."""
+        async with acting(token) as (driver, _):
             return await readers.job(driver, JobId(job_id))
 
     @app.post(
         "/v1/jobs/{job_id}/cancel",
         response_model=CancelResult,
-        responses={**_ERRORS, 404: {"model": ErrorBody, "description": "no such job"}},
+        responses=_errors(400, 401, 403, 404, 413, 503),
         summary="Cancel a job",
     )
     async def cancel(
@@ -181,8 +245,10 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
     ) -> CancelResult:
         """Terminal at once; a running job shows stop pending until its runner confirms
         the stop. A submitter's token cancels only its own jobs; cancelling a finished
-        job changes nothing."""
-        async with gateway.acting(_secret(token)) as (driver, caller):
+        job changes nothing; a job that does not exist is 404, as its read is (every
+        token reads every job, so this tells a submitter nothing new)."""
+        async with acting(token) as (driver, caller):
+            await readers.job(driver, JobId(job_id))  # NotFound: 404, before "not yours"
             return await producer.cancel(
                 driver,
                 job_id=JobId(job_id),
@@ -193,16 +259,16 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
     @app.get(
         "/v1/results/{project}/{commit}",
         response_model=CommitResult,
-        responses={**_ERRORS, 422: {"model": ErrorBody, "description": "unknown project"}},
+        responses=_errors(400, 401, 503, s422="unknown project"),
         summary="What is known about a project at a commit",
     )
     async def result(
-        project: str, commit: str, token: Token, operation: str | None = None
+        project: str, commit: CommitPath, token: Token, operation: str | None = None
     ) -> CommitResult:
         """Per operation: its newest verdict (passed, failed, error, refused) and a newer
         job beside it that decided nothing yet (live, cancelled), as `fleetq result`
         answers."""
-        async with gateway.acting(_secret(token)) as (driver, _):
+        async with acting(token) as (driver, _):
             answers = await readers.result(
                 driver, project=project, commit=commit, operation=operation
             )
@@ -213,10 +279,12 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
             operations=answers,
         )
 
-    @app.get("/v1/whoami", response_model=Caller, responses=_ERRORS, summary="Who a token is")
+    @app.get(
+        "/v1/whoami", response_model=Caller, responses=_errors(401, 503), summary="Who a token is"
+    )
     async def whoami(token: Token) -> Caller:
         """The kind and identity the token acts as: a client's check of its credentials."""
-        async with gateway.acting(_secret(token)) as (_, caller):
+        async with acting(token) as (_, caller):
             return caller
 
     @app.get(
@@ -239,6 +307,32 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
 
 def _secret(token: HTTPAuthorizationCredentials | None) -> str | None:
     return token.credentials if token is not None else None
+
+
+_VALIDATION_ERROR = "#/components/schemas/HTTPValidationError"
+
+
+def _documented(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """`app.openapi` without FastAPI's own 422 "Validation Error" answers: a request that
+    does not validate is answered 400 here (`_handle_errors`), which each operation
+    documents; a 422 an operation documents itself (an unknown project) stays."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()  # cached in app.openapi_schema: changed in place once
+            for operations in schema["paths"].values():
+                for operation in operations.values():
+                    answer = operation["responses"].get("422", {})
+                    shape = answer.get("content", {}).get("application/json", {})
+                    if shape.get("schema", {}).get("$ref") == _VALIDATION_ERROR:
+                        del operation["responses"]["422"]
+            shapes = schema.get("components", {}).get("schemas", {})
+            for name in ("HTTPValidationError", "ValidationError"):
+                shapes.pop(name, None)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    return openapi
 
 
 def _handle_errors(app: FastAPI) -> None:

@@ -37,6 +37,9 @@ class Gateway:
         self.dsn = dsn
         self.pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
+        # whether this login may read runners (to warn of a job none could ever run):
+        # a login's privileges, not a token's, so one refusal answers for the process
+        self.reads_runners = True
 
     async def open(self) -> None:
         """Open the pool and refuse a schema that is not this code's (as every fleetq
@@ -82,6 +85,17 @@ class Gateway:
         """The database's schema version: what health answers, reachable or not."""
         rows = await AsyncpgDriver(self.pool).fetch(queries.sql("migrate_applied"), timeout=5)
         return max((int(r["version"]) for r in rows), default=0)
+
+
+@contextlib.asynccontextmanager
+async def savepoint(driver: AsyncpgDriver) -> AsyncIterator[None]:
+    """A part of a request's transaction whose failure undoes only itself: a failed
+    statement would otherwise doom the whole transaction, the request's writes too."""
+    conn = driver.conn
+    assert not isinstance(conn, asyncpg.Pool), "a savepoint is one connection's"
+    with mapped_errors():
+        async with conn.transaction():
+            yield
 
 
 def job_path(job_id: JobId) -> str:

@@ -13,6 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fleetq.core.models import Decision, ResultAnswer, SubmitResult
 
+# What the core's validation.commit_sha accepts (and lower-cases), for the schema only:
+# the core refuses anything else with the CLI's message, so pydantic does not check it.
+COMMIT_PATTERN = "^[0-9a-fA-F]{40}$"
+
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a misspelt field is an error, not ignored
@@ -23,7 +27,10 @@ class SubmitRequest(_Request):
 
     project: str
     operation: str
-    commit: str = Field(description="the full 40-hex commit SHA the job checks")
+    commit: str = Field(
+        description="the full 40-hex commit SHA the job checks (any case)",
+        json_schema_extra={"pattern": COMMIT_PATTERN},
+    )
     node: str | None = Field(None, description="run only on this node")
     idempotency_key: str | None = Field(
         None, description="or the Idempotency-Key header: a repeat returns the same job"

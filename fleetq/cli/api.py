@@ -19,7 +19,9 @@ def register(commands: Commands) -> None:
         description="Serve the HTTP API: POST /v1/jobs (submit; Idempotency-Key and "
         "traceparent headers), GET /v1/jobs/ID, POST /v1/jobs/ID/cancel, GET "
         "/v1/results/PROJECT/COMMIT, GET /v1/whoami, GET /v1/health; the OpenAPI document "
-        "at /openapi.json, browsable at /docs. Every call but health needs "
+        "at /openapi.json (no /docs page: it would load Swagger UI from a CDN). One access "
+        "log line per request on stderr (method, path, status, ms, the token's identity; "
+        "never the token). Every call but health needs "
         "`Authorization: Bearer <token>` (fleetq tokens add) and acts as the token's "
         "identity. --dsn is best a gateway login (fleetq roles add-gateway), which can act "
         "only for a presented token; an administrator's DSN works too.",
@@ -81,6 +83,8 @@ def listening_socket(host: str, port: int, shown: str) -> socket.socket:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import logging
+
     import uvicorn  # the ASGI server loads only for this command
 
     from fleetq.api.app import create_app
@@ -94,15 +98,18 @@ def _serve(args: argparse.Namespace) -> int:
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     app = create_app(Gateway(dsn, pool_size=args.pool_size), max_body=args.max_body)
+    # the API's access log (fleetq/api/access.py) is at INFO: shown without -v too, and
+    # it is the only one (uvicorn's would repeat each line, without the identity)
+    logging.getLogger("fleetq.api").setLevel(logging.INFO)
     config = uvicorn.Config(
         app,
         log_level="info" if args.verbose else "warning",
-        access_log=bool(args.verbose),
+        access_log=False,
         limit_concurrency=args.max_connections,
         timeout_keep_alive=5,
         server_header=False,
         use_colors=False,  # stderr is escaped (cli/output.terminal): colour codes would show
     )
-    print(f"fleetq api: listening on http://{shown}:{bound} (OpenAPI at /docs)", flush=True)
+    print(f"fleetq api: listening on http://{shown}:{bound} (OpenAPI at /openapi.json)", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
     return 0

@@ -16,8 +16,10 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -26,7 +28,7 @@ import pytest
 from fleetq.core import roles, tokens, validation
 from fleetq.core.db import SyncConnection, connect, with_database
 from fleetq.core.errors import InvalidInput
-from tests import fleet
+from tests import factories, fleet
 from tests.conftest import create_database, drop_database
 from tests.faults.proxy import fault_proxy
 from tests.fleet import OTHER_SHA, SHA
@@ -40,8 +42,9 @@ Token = Callable[..., str]  # (kind, identity) -> a bearer token
 
 
 @contextlib.contextmanager
-def serving(dsn: str, *extra: str) -> Iterator[str]:
-    """`fleetq api` on a free port; its base URL once it answers health."""
+def serving(dsn: str, *extra: str, log: list[str] | None = None) -> Iterator[str]:
+    """`fleetq api` on a free port; its base URL once it answers health. Its stderr is
+    read all along (it logs each request: a full pipe would stop it), into `log`."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleetq", "--dsn", dsn, "api", "--listen", "127.0.0.1:0", *extra],
         stdout=subprocess.PIPE,
@@ -56,7 +59,14 @@ def serving(dsn: str, *extra: str) -> Iterator[str]:
         for line in stdout:
             lines.put(line)
 
+    def drain() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if log is not None:
+                log.append(line.rstrip("\n"))
+
     threading.Thread(target=pump, daemon=True).start()
+    threading.Thread(target=drain, daemon=True).start()
     try:
         try:
             first = lines.get(timeout=30)
@@ -427,6 +437,222 @@ def test_the_openapi_document_describes_every_route_and_the_bearer_scheme(
     submit = doc["paths"]["/v1/jobs"]["post"]
     assert {"201", "200", "400", "401", "403", "409", "422", "503"} <= set(submit["responses"])
     assert api.get("/v1/health").json()["status"] == "ok"
+    # a commit is a full SHA, in the body and in a path (issue 42, item 9)
+    sha = {"pattern": "^[0-9a-fA-F]{40}$"}
+    assert (
+        sha.items() <= doc["components"]["schemas"]["SubmitRequest"]["properties"]["commit"].items()
+    )
+    result = doc["paths"]["/v1/results/{project}/{commit}"]["get"]
+    commit = next(p for p in result["parameters"] if p["name"] == "commit")
+    assert sha.items() <= commit["schema"].items()
+    # no FastAPI "Validation Error" 422: a malformed request is answered 400
+    assert "HTTPValidationError" not in json.dumps(doc)
+
+
+def test_no_page_loads_scripts_from_a_cdn(api: httpx.Client) -> None:
+    """/docs and /redoc loaded Swagger UI and ReDoc from a CDN: blank offline (issue 42,
+    item 9). They are gone; the schema is /openapi.json."""
+    for page in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        answer = api.get(page)
+        assert answer.status_code == 404, (page, answer.text)
+    assert api.get("/openapi.json").status_code == 200
+
+
+BIGINT_MAX = 2**63 - 1
+
+
+def test_every_documented_status_is_answered_and_every_answer_documented(
+    api: httpx.Client, api_db: str, token: Token, sha: str
+) -> None:
+    """For each operation of /openapi.json: the statuses its requests really get, driven
+    one by one (ok, malformed, no token, not allowed, missing, conflicting, too large,
+    unknown, the database away), are exactly the statuses it documents (issue 42,
+    item 9: 422 was documented where 400 is answered; 413 was not; a submitter's cancel
+    of a missing job answered 403; GET documented a 403 no token gets)."""
+    doc = api.get("/openapi.json").json()
+    documented = {
+        (method.upper(), path): {int(code) for code in operation["responses"]}
+        for path, operations in doc["paths"].items()
+        for method, operation in operations.items()
+    }
+    ci, other = _auth(token("submitter", "contract")), _auth(token("submitter", "contract-2"))
+    reader, operator = _auth(token("reader", "contract-r")), _auth(token("operator", "contract-o"))
+    key = {"Idempotency-Key": f"contract-{sha}"}
+    mine = api.post("/v1/jobs", json=_job(commit=sha), headers=ci).json()["job_id"]
+    theirs = api.post("/v1/jobs", json=_job(commit=sha), headers=other).json()["job_id"]
+    big = "x" * MaxBody
+    job, cancel = "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel"
+    result = "/v1/results/{project}/{commit}"
+    probes: list[tuple[str, str, str, dict[str, Any]]] = [
+        ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(commit=sha), "headers": {**ci, **key}}),
+        ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(commit=sha), "headers": {**ci, **key}}),
+        ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(commit="abc123"), "headers": ci}),
+        ("POST", "/v1/jobs", "/v1/jobs", {"content": b"{", "headers": ci}),
+        ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(extra=1), "headers": ci}),
+        ("POST", "/v1/jobs", "/v1/jobs", {"json": _job()}),
+        ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(), "headers": _auth("fq_guess")}),
+        ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(), "headers": reader}),
+        ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(), "headers": {**ci, **key}}),
+        ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(payload={"b": big}), "headers": ci}),
+        ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(project="nope"), "headers": ci}),
+        ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(after=[BIGINT_MAX]), "headers": ci}),
+        ("GET", job, f"/v1/jobs/{mine}", {"headers": ci}),
+        ("GET", job, f"/v1/jobs/{theirs}", {"headers": ci}),  # every token reads every job
+        ("GET", job, f"/v1/jobs/{mine}", {"headers": reader}),
+        ("GET", job, "/v1/jobs/0", {"headers": ci}),
+        ("GET", job, "/v1/jobs/x", {"headers": ci}),
+        ("GET", job, f"/v1/jobs/{mine}", {}),
+        ("GET", job, f"/v1/jobs/{BIGINT_MAX}", {"headers": ci}),
+        ("POST", cancel, f"/v1/jobs/{mine}/cancel", {"headers": ci, "json": {"reason": "x"}}),
+        ("POST", cancel, f"/v1/jobs/{theirs}/cancel", {"headers": operator}),
+        ("POST", cancel, "/v1/jobs/0/cancel", {"headers": ci}),
+        ("POST", cancel, f"/v1/jobs/{mine}/cancel", {"headers": ci, "json": {"why": "x"}}),
+        ("POST", cancel, f"/v1/jobs/{mine}/cancel", {}),
+        ("POST", cancel, f"/v1/jobs/{theirs}/cancel", {"headers": ci}),
+        ("POST", cancel, f"/v1/jobs/{mine}/cancel", {"headers": reader}),
+        ("POST", cancel, f"/v1/jobs/{BIGINT_MAX}/cancel", {"headers": ci}),
+        ("POST", cancel, f"/v1/jobs/{BIGINT_MAX}/cancel", {"headers": operator}),
+        ("POST", cancel, f"/v1/jobs/{mine}/cancel", {"headers": ci, "json": {"reason": big}}),
+        ("GET", result, f"/v1/results/webapp/{sha}", {"headers": ci}),
+        ("GET", result, f"/v1/results/webapp/{sha}", {"headers": reader}),
+        ("GET", result, "/v1/results/webapp/abc", {"headers": ci}),
+        ("GET", result, f"/v1/results/webapp/{sha}", {}),
+        ("GET", result, f"/v1/results/nope/{sha}", {"headers": ci}),
+        ("GET", "/v1/whoami", "/v1/whoami", {"headers": reader}),
+        ("GET", "/v1/whoami", "/v1/whoami", {}),
+        ("GET", "/v1/whoami", "/v1/whoami", {"headers": _auth("fq_guess")}),
+        ("GET", "/v1/health", "/v1/health", {}),
+    ]
+    answered: dict[tuple[str, str], set[int]] = {operation: set() for operation in documented}
+    for method, template, url, request in probes:
+        answer = api.request(method, url, **request)
+        assert answer.status_code < 500, (method, url, answer.text)
+        answered[(method, template)].add(answer.status_code)
+    # the database away: every operation says 503, retry (a token is checked there)
+    with (
+        fault_proxy(api_db) as proxy,
+        serving(proxy.dsn) as base,
+        httpx.Client(base_url=base, timeout=30) as away,
+    ):
+        proxy.degrade(drop=1.0)
+        for method, path in documented:
+            url = path.format(job_id=mine, project="webapp", commit=sha)
+            body = _job(commit=sha) if path == "/v1/jobs" else None
+            answer = away.request(method, url, headers=ci, json=body)
+            answered[(method, path)].add(answer.status_code)
+    differ = {
+        f"{method} {path}": {
+            "documented, never answered": sorted(documented[(method, path)] - statuses),
+            "answered, not documented": sorted(statuses - documented[(method, path)]),
+        }
+        for (method, path), statuses in answered.items()
+        if statuses != documented[(method, path)]
+    }
+    assert not differ, json.dumps(differ, indent=1)
+
+
+def test_cancelling_a_job_that_does_not_exist_is_404_as_its_read_is(
+    api: httpx.Client, token: Token
+) -> None:
+    """A submitter's cancel of a missing job answered 403 "may cancel only its own jobs"
+    where its read answered 404 (issue 42, item 9). Every token reads every job, so the
+    404 tells a submitter nothing a read would not; another's job is still refused."""
+    alice, bob = _auth(token("submitter", "alice")), _auth(token("submitter", "bob"))
+    read = api.get(f"/v1/jobs/{BIGINT_MAX}", headers=alice)
+    cancel = api.post(f"/v1/jobs/{BIGINT_MAX}/cancel", headers=alice)
+    assert (cancel.status_code, cancel.json()) == (read.status_code, read.json())
+    assert read.json()["error"] == {"type": "not_found", "message": f"no job {BIGINT_MAX}"}
+    theirs = api.post("/v1/jobs", json=_job(), headers=bob).json()["job_id"]
+    assert api.get(f"/v1/jobs/{theirs}", headers=alice).status_code == 200
+    assert api.post(f"/v1/jobs/{theirs}/cancel", headers=alice).status_code == 403
+
+
+_LINE = re.compile(r"fleetq\.api: (\S+) (\S+) (\d{3}) (\d+\.\d) ms (\S+)$")
+
+
+def test_each_request_has_one_access_line_with_its_identity_never_its_token(
+    gateway_dsn: str, token: Token
+) -> None:
+    """Method, path, status, milliseconds and who the token stands for, on the API's
+    logger, once per request even under -v (uvicorn's own access log is off), and
+    never the token (issue 42, item 9: there was no access log)."""
+    secret = token("submitter", "log-bot")
+    log: list[str] = []
+    with (
+        serving(gateway_dsn, "-v", "--max-body", str(MaxBody), log=log) as base,
+        httpx.Client(base_url=base, timeout=10) as api,
+    ):
+        made = api.post("/v1/jobs", json=_job(), headers=_auth(secret))
+        assert made.status_code == 201, made.text
+        job = made.json()["job_id"]
+        assert api.get(f"/v1/jobs/{job}", headers=_auth(secret)).status_code == 200
+        assert api.get("/v1/whoami").status_code == 401
+        assert api.get("/v1/whoami", headers=_auth("fq_not-a-token")).status_code == 401
+        big = _job(payload={"blob": "x" * MaxBody})
+        assert api.post("/v1/jobs", json=big, headers=_auth(secret)).status_code == 413
+        assert api.get("/v1/results/we%1bb/x", headers=_auth(secret)).status_code == 400
+        expected = Counter(
+            [
+                ("POST", "/v1/jobs", "201", "submitter:log-bot"),
+                ("GET", f"/v1/jobs/{job}", "200", "submitter:log-bot"),
+                ("GET", "/v1/whoami", "401", "-"),
+                ("GET", "/v1/whoami", "401", "-"),
+                ("POST", "/v1/jobs", "413", "-"),
+                ("GET", "/v1/results/we\\x1bb/x", "400", "submitter:log-bot"),
+            ]
+        )
+
+        def lines() -> Counter[tuple[str, ...]]:
+            found = (_LINE.search(line) for line in list(log))
+            return Counter(
+                (m[1], m[2], m[3], m[5]) for m in found if m is not None and m[2] != "/v1/health"
+            )
+
+        wait_for(lambda: sum(lines().values()) >= expected.total(), "the access lines")
+    assert lines() == expected, "\n".join(log)
+    whole = "\n".join(log)
+    assert secret not in whole and "fq_not-a-token" not in whole and "Bearer" not in whole
+    assert "HTTP/1.1" not in whole, whole  # uvicorn's access line: not a second one
+
+
+def _any_job(warning: str, job: int) -> str:
+    return warning.replace(f"job {job} ", "job N ").replace(f"explain {job})", "explain N)")
+
+
+def test_a_submit_no_runner_could_ever_run_warns_as_the_cli_does(
+    api_db: str, gateway_dsn: str, admin: SyncConnection, token: Token, sha: str
+) -> None:
+    """The CLI warned "no registered runner could ever run job N" and the API answered
+    `"warnings": []` (issue 42, item 9): both say it now, from one function
+    (eligibility.never_runnable), where the API's login may read runners."""
+    factories.runner(admin, node=f"node-{sha[:8]}", lanes={"checks": 2})
+    ci = _auth(token("submitter", "ci"))
+    nowhere = _job(commit=sha, node="nowhere")
+    with serving(api_db) as base, httpx.Client(base_url=base, timeout=10) as api:
+        made = api.post("/v1/jobs", json=nowhere, headers=ci)
+        assert made.status_code == 201, made.text
+        job = made.json()["job_id"]
+        runnable = api.post("/v1/jobs", json=_job(commit=sha), headers=ci).json()
+    assert runnable["warnings"] == []
+    argv = ["submit", "webapp", "unit", "--commit", sha, "--node", "nowhere", "--json"]
+    cli = subprocess.run(
+        [sys.executable, "-m", "fleetq", "--dsn", api_db, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    said = _any_job(cli.stderr.strip(), json.loads(cli.stdout)["job_id"])
+    warnings = [_any_job(w, job) for w in made.json()["warnings"]]
+    assert said.startswith("warning: no registered runner could ever run job N"), said
+    assert [f"warning: {w}" for w in warnings] == [said]
+    # a gateway login cannot read runners: no warning, and trying never undid the submit
+    with serving(gateway_dsn) as base, httpx.Client(base_url=base, timeout=10) as api:
+        made = api.post("/v1/jobs", json=nowhere, headers=ci)
+        assert made.status_code == 201, made.text
+        assert made.json()["warnings"] == []
+        stored = api.get(f"/v1/jobs/{made.json()['job_id']}", headers=ci)
+        assert stored.status_code == 200 and stored.json()["requested_node"] == "nowhere"
 
 
 def test_the_api_refuses_to_start_on_a_database_it_does_not_match(empty_dsn: str) -> None:
