@@ -123,7 +123,10 @@ async def test_outcomes_and_the_claim_that_refills_their_room_are_one_transactio
         claim_id=claim_id,
     )
     assert [a.status for a in again] == [WriteStatus.ALREADY]
-    assert reclaimed == claims
+    # the same claims; the time each lease has left is read anew (it is on the clock)
+    unclocked = [c.model_copy(update={"lease_left_s": None}) for c in reclaimed]
+    assert unclocked == [c.model_copy(update={"lease_left_s": None}) for c in claims]
+    assert all(c.lease_left_s is not None and c.lease_left_s > 0 for c in reclaimed)
 
 
 async def test_the_writer_claims_for_the_room_its_batch_frees(driver: Driver) -> None:
