@@ -256,6 +256,11 @@ MATRIX: tuple[Entry, ...] = (
         ),
         "fleetq.watch_jobs(ARRAY[{job}])",
     ),
+    Entry(
+        "fleetq.next_retry_in()",
+        {Kind.RUNNER: "reads when the next retry falls due (a number, no job)"},
+        None,
+    ),
     _pure("fleetq.setting_int(text)"),
     _pure("fleetq.setting_seconds(text)"),
     _pure(f"fleetq.eligible({_ELIGIBILITY})"),

@@ -307,6 +307,13 @@ async def reap(driver: Driver, *, limit: int = 1000, now: datetime | None = None
     return ReapResult.model_validate(rows[0])
 
 
+async def next_retry_in(driver: Driver) -> float | None:
+    """Seconds until the next retry falls due (None: none waits)."""
+    rows = await driver.fetch(queries.sql("lease_next_retry_in"))
+    seconds = rows[0]["seconds"]
+    return None if seconds is None else float(seconds)
+
+
 async def fenced_write(
     driver: Driver, *, key: str, job_id: JobId, token: FencingToken, value: dict[str, object]
 ) -> bool:

@@ -48,6 +48,8 @@ class RunnerBase:
     exit_code: int
     displaced: bool
     schedule_checks: MinuteChecks
+    reap_due: float  # loop time a retry falls due, which a reaper pass must not miss
+    reap_wake: asyncio.Event  # set when reap_due moved sooner
     dsn: str
     dsn_names: set[str]
     session_settings: dict[str, str]

@@ -32,7 +32,7 @@ from fleetq.runner import executor, handover, metrics, orphans, tracing
 from fleetq.runner.context import JobContext
 from fleetq.runner.jobuser import JobUser, JobUsers
 from fleetq.runner.journal import Journal
-from fleetq.runner.loops import Backoff, persist, transient, wait_or
+from fleetq.runner.loops import Backoff, environmental, persist, transient, wait_or
 from fleetq.runner.output import Shipper
 from fleetq.runner.reporter import OutcomeNotRecorded, Reporter
 from fleetq.runner.staging import CommitMissing, Staging, StagingFailed
@@ -160,6 +160,8 @@ class Toolkit:
     journal: Journal
     adopt: bool = False  # --orphans adopt: commands run wrapped and outlive the runner
     job_users: JobUsers | None = None  # --job-uid-range: commands run as these uids
+    # a retry may fall due in this many seconds: run a reaper pass then (it queues it)
+    retry_soon: Callable[[float], None] = lambda _seconds: None
     # set when the runner shuts down: writes that retry until they land give up then
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     # set when it must stop at once (a second SIGTERM): writes that a graceful shutdown
@@ -485,6 +487,19 @@ async def _first_of(events: tuple[asyncio.Event, ...], seconds: float) -> None:
             waiter.cancel()
 
 
+async def _retry_soon(kit: Toolkit) -> None:
+    """A failed attempt may be retried after its backoff: a reaper pass then queues it,
+    not the next pass of the reap interval. A question that fails changes nothing."""
+    try:
+        due = await leasing.next_retry_in(kit.driver)
+    except Exception as exc:
+        if environmental(exc) is None:
+            raise
+        return
+    if due is not None:
+        kit.retry_soon(due)
+
+
 async def _record(
     ex: Execution, kit: Toolkit, finished: executor.Finished, prepare_ms: int | None = None
 ) -> None:
@@ -517,6 +532,8 @@ async def _record(
     )
     try:
         status = await kit.reporter.record(report)
+        if finished.outcome == Outcome.FAILED:
+            await _retry_soon(kit)
     except OutcomeNotRecorded as exc:
         log.error(
             "%s job=%d token=%d not recorded (%s); it runs again after its lease",

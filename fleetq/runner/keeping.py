@@ -5,6 +5,7 @@ own row (pause, drain). The self-fence rule itself is in `fencing`."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import time
@@ -19,6 +20,7 @@ from fleetq.runner.execution import Execution, release_counted
 from fleetq.runner.fencing import FenceRule
 
 MIN_BEAT_S = 0.2  # renewals are never sent closer together than this
+MIN_REAP_WAIT_S = 0.05  # a retry due now is queued by the next pass, not spun on
 
 
 class LeaseKeeping(RunnerBase):
@@ -289,7 +291,19 @@ class LeaseKeeping(RunnerBase):
         )
         self._wake_all()
 
+    def _retry_soon(self, due_s: float) -> None:
+        """A retry falls due in `due_s`: the next reaper pass runs then if that is sooner
+        (any runner's pass at that moment queues it, this one's included)."""
+        self.reap_due = min(self.reap_due, asyncio.get_running_loop().time() + due_s)
+        self.reap_wake.set()
+
+    def _reap_wait(self) -> float:
+        """Until the next reaper pass: the reap interval, or sooner for a retry."""
+        until_due = self.reap_due - asyncio.get_running_loop().time()
+        return max(MIN_REAP_WAIT_S, min(self.config.reap_interval_s, until_due))
+
     async def _reap_once(self) -> None:
+        self.reap_due = math.inf  # a retry that falls due later moves it again
         result = await leasing.reap(self.driver)
         if result.requeued or result.failed:
             log.info(

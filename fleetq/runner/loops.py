@@ -89,14 +89,16 @@ async def every(
     what: str,
     work: Callable[[], Awaitable[None]],
     done: asyncio.Event,
+    wake: asyncio.Event | None = None,
 ) -> None:
     """Run `work` every `interval` seconds until `done`. A failure is logged and retried
     sooner (backing off, never later than the interval): a heartbeat that failed once
-    must not wait a whole interval to try again."""
+    must not wait a whole interval to try again. `wake` says the interval may have moved
+    sooner (it is asked again then)."""
     backoff = Backoff()
     wait = interval() if callable(interval) else interval
     while not done.is_set():
-        if await wait_or(done, wait):
+        if await _wait(done, wake, wait, interval):
             return
         period = interval() if callable(interval) else interval
         try:
@@ -108,7 +110,39 @@ async def every(
             log.warning("%s failed (%s); retrying in %.1fs", what, error, wait)
             continue
         backoff.reset()
-        wait = period
+        wait = interval() if callable(interval) else interval  # the work may move it
+
+
+async def _wait(
+    done: asyncio.Event,
+    wake: asyncio.Event | None,
+    seconds: float,
+    interval: float | Callable[[], float],
+) -> bool:
+    """Wait `seconds`, or less when `wake` brings the interval sooner; True when done."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        if wake is None:
+            return await wait_or(done, seconds)
+        wake.clear()
+        woken = asyncio.ensure_future(wake.wait())
+        finished = asyncio.ensure_future(done.wait())
+        try:
+            await asyncio.wait(
+                (woken, finished),
+                timeout=max(0.0, deadline - loop.time()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            woken.cancel()
+            finished.cancel()
+        if done.is_set():
+            return True
+        if not wake.is_set():
+            return False  # the time has come
+        now_due = interval() if callable(interval) else interval
+        deadline = min(deadline, loop.time() + now_due)
 
 
 async def persist(what: str, write: Callable[[], Awaitable[None]], give_up: asyncio.Event) -> bool:

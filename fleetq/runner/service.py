@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import os
 import time
 import traceback
@@ -132,6 +133,8 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         # while): its leases are not ours to report lost, release or mark offline
         self.displaced = False
         self.schedule_checks = schedules.MinuteChecks()  # when it next looks for due ticks
+        self.reap_due = math.inf
+        self.reap_wake = asyncio.Event()
         self._operations: dict[tuple[str, str], Operation] = {}
         self._looked_after: set[JobId] = set()  # see Claiming._refilled
         self._reading_operations: asyncio.Future[dict[tuple[str, str], Operation]] | None = None
@@ -206,6 +209,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             journal=Journal(directory / "journal.jsonl"),
             adopt=self.config.orphans == "adopt",
             job_users=self.job_users,
+            retry_soon=self._retry_soon,
             stopping=self.shutdown_requested,
             leaving=self.immediate_requested,
         )
@@ -224,12 +228,15 @@ class RunnerService(Claiming, LeaseKeeping, Control):
                 ]
                 tg.create_task(guard("heartbeat", self._heartbeats()), name="heartbeat")
                 for name, interval, work in (
-                    ("reap", lambda: self.config.reap_interval_s, self._reap_once),
                     ("schedules", lambda: self.config.reap_interval_s, self._schedules_once),
                     ("self-fence", lambda: SELF_FENCE_CHECK_S, self._self_fence_once),
                     ("collection", lambda: self.lease_seconds, self._strays_once),
                 ):
                     tg.create_task(guard(name, loops.every(interval, name, work, self.done)))
+                reaps = loops.every(
+                    self._reap_wait, "reap", self._reap_once, self.done, self.reap_wake
+                )
+                tg.create_task(guard("reap", reaps))
                 tg.create_task(guard("reporter", self.reporter.run(reporter_stop)))
                 await self._shutdown(reporter_stop)
             return self.exit_code

@@ -156,3 +156,18 @@ BEGIN
     RETURN coalesce(cardinality(v_ids), 0);
 END;
 $function$;
+
+-- Seconds until the next retry falls due (0 when one is due now, NULL when none waits):
+-- the runner that recorded a failed attempt runs a reaper pass then, so a backoff is
+-- kept to, not rounded up to the reap interval. One probe of jobs_retry_due; it names
+-- no job.
+CREATE OR REPLACE FUNCTION fleetq.next_retry_in()
+ RETURNS double precision
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT greatest(0, extract(epoch FROM min(j.retry_at) - clock_timestamp()))::double precision
+    FROM fleetq.jobs j
+    WHERE j.state = 'waiting' AND j.retry_at IS NOT NULL
+$function$;

@@ -135,3 +135,7 @@ SELECT * FROM fleetq.runner_open_executions($1::text);
 -- A runner's own observation about a job it holds (e.g. adoption_refused), with evidence.
 -- $1 kind, $2 job, $3 runner, $4 version, $5 detail (JSON text)
 SELECT fleetq.runner_note($1::text, $2::bigint, $3::text, $4::bigint, $5::text::jsonb);
+
+-- name: lease_next_retry_in
+-- Seconds until the next retry falls due; NULL when none waits.
+SELECT fleetq.next_retry_in() AS seconds;
