@@ -19,10 +19,10 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import TupleRow
 
 from fleetq.core.errors import (
+    BY_SQLSTATE,
     ConfigError,
     ConnectionFailed,
     FleetqError,
-    PermissionDenied,
     ReadOnlyServer,
 )
 
@@ -190,18 +190,22 @@ def wrap_errors() -> Iterator[None]:
     """Turn driver exceptions into `core.errors`, keeping the original as the cause."""
     try:
         yield
-    except psycopg.OperationalError as exc:
-        if misnamed(exc):  # the DSN is wrong: retrying will not help
-            raise ConfigError(f"the DSN names what the server does not have: {exc}") from exc
-        raise ConnectionFailed(f"database unreachable or connection lost: {exc}") from exc
-    except psycopg.errors.ReadOnlySqlTransaction as exc:
-        raise ReadOnlyServer(read_only_message(exc)) from exc
-    except psycopg.errors.InsufficientPrivilege as exc:
-        # a table, database or role this login may not touch: refused (exit 77), like
-        # a protocol function's own refusal, never an unexpected error (70)
-        raise PermissionDenied(str(exc.diag.message_primary or exc)) from exc
     except psycopg.Error as exc:
-        raise FleetqError(f"database error: {exc}") from exc
+        if (known := BY_SQLSTATE.get(exc.sqlstate or "")) is not None:
+            raise known(str(exc.diag.message_primary or exc)) from exc
+        raise _general(exc) from exc
+
+
+def _general(exc: psycopg.Error) -> FleetqError:
+    """A driver error fleetq's protocol did not raise (a refusal of its own, such as a
+    table this login may not touch, is in BY_SQLSTATE), by its kind."""
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return ReadOnlyServer(read_only_message(exc))
+    if isinstance(exc, psycopg.OperationalError):
+        if misnamed(exc):  # the DSN is wrong: retrying will not help
+            return ConfigError(f"the DSN names what the server does not have: {exc}")
+        return ConnectionFailed(f"database unreachable or connection lost: {exc}")
+    return FleetqError(f"database error: {exc}")
 
 
 @contextlib.contextmanager

@@ -25,18 +25,6 @@ from fleetq.core.db import as_uri, each_host, misnamed, read_only_message, targe
 
 DEFAULT_TIMEOUT_S = 30.0
 
-# SQLSTATEs raised by the protocol functions (migrations/protocol/).
-_FLEETQ_STATES: dict[str, type[errors.FleetqError]] = {
-    "FQ001": errors.IdempotencyConflict,
-    "FQ002": errors.NotAllowed,
-    "FQ003": errors.InvalidInput,
-    "FQ004": errors.NotFound,
-    "FQ005": errors.CapacityConflict,
-    "FQ006": errors.RefusedNow,
-    "FQ007": errors.NotAuthenticated,
-    "42501": errors.PermissionDenied,  # insufficient_privilege: a login acting beyond itself
-}
-
 
 # lock_not_available (lock_timeout), serialization_failure, deadlock_detected
 _BUSY_STATES = frozenset({"55P03", "40001", "40P01"})
@@ -62,8 +50,8 @@ def map_error(exc: BaseException) -> errors.FleetqError | None:
     if isinstance(exc, errors.FleetqError):
         return exc
     sqlstate = getattr(exc, "sqlstate", None)
-    if isinstance(sqlstate, str) and sqlstate in _FLEETQ_STATES:
-        return _FLEETQ_STATES[sqlstate](_primary_message(exc))
+    if isinstance(sqlstate, str) and sqlstate in errors.BY_SQLSTATE:
+        return errors.BY_SQLSTATE[sqlstate](_primary_message(exc))
     if isinstance(exc, TimeoutError):
         return errors.QueryTimeout()
     if sqlstate == "25006":  # read_only_sql_transaction: a standby, or a demoted primary

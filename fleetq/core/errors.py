@@ -123,3 +123,18 @@ class CapacityConflict(FleetqError):
 class RefusedNow(FleetqError):
     """Refused in the present state, possibly granted later (SQLSTATE FQ006): an
     operation with live jobs, a runner that is not yet offline or still holds work."""
+
+
+# SQLSTATEs raised by the protocol functions (migrations/protocol/), for both drivers:
+# psycopg reads an unknown class such as FQ as an OperationalError, which is not an
+# outage.
+BY_SQLSTATE: dict[str, type[FleetqError]] = {
+    "FQ001": IdempotencyConflict,
+    "FQ002": NotAllowed,
+    "FQ003": InvalidInput,
+    "FQ004": NotFound,
+    "FQ005": CapacityConflict,
+    "FQ006": RefusedNow,
+    "FQ007": NotAuthenticated,
+    "42501": PermissionDenied,  # insufficient_privilege: a login acting beyond itself
+}

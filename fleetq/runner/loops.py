@@ -120,11 +120,11 @@ async def _wait(
     interval: float | Callable[[], float],
 ) -> bool:
     """Wait `seconds`, or less when `wake` brings the interval sooner; True when done."""
+    if wake is None:
+        return await wait_or(done, seconds)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while True:
-        if wake is None:
-            return await wait_or(done, seconds)
         wake.clear()
         woken = asyncio.ensure_future(wake.wait())
         finished = asyncio.ensure_future(done.wait())
