@@ -104,6 +104,7 @@ async def collect(
     done = Collected()
     entries = journal.open_entries()
     swept: set[tuple[int, int]] = set()  # entries whose run was killed already
+    refused: set[tuple[int, int]] = set()  # entries whose adoption was refused
     for row in await driver.fetch(queries.sql("lease_held_by"), runner):
         job, token = JobId(row["job_id"]), FencingToken(row["lease_version"])
         entry = entries.get((job, token))
@@ -123,6 +124,7 @@ async def collect(
                     json.dumps(evidence, default=str),
                 )
                 done.refused += 1
+                refused.add((job, token))
                 continue  # left to lease expiry: never guess which process is the job
         if entry is not None:
             await _give_up(entry)
@@ -169,12 +171,12 @@ async def collect(
         # whose lease expired while its runner was down still runs, next to the job's
         # newer execution and invisible to `fleetq overlaps`: kill it now.
         if (job_id, version) not in swept and await _give_up(entry):
-            log.warning(
-                "killed run %s of job=%d token=%d: its lease ended while this runner was down",
-                entry.run_id,
-                job_id,
-                version,
+            why = (
+                "its adoption was refused"
+                if (job_id, version) in refused
+                else "its lease ended while this runner was down"
             )
+            log.warning("killed run %s of job=%d token=%d: %s", entry.run_id, job_id, version, why)
         journal.ended(job_id, version)
     journal.compact()
     return done

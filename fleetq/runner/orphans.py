@@ -87,17 +87,28 @@ def reap_session(sid: int) -> list[int]:
     return reaped
 
 
-def kill_run(run_id: str) -> list[int]:
-    """SIGKILL every process whose environment carries FLEETQ_RUN_ID=run_id, and reap
-    those that are (now) our children. Returns their pids."""
+def kill_run(run_id: str, *, deadline_s: float = 2.0) -> list[int]:
+    """SIGKILL every process whose environment carries FLEETQ_RUN_ID=run_id, until none
+    is left (or the deadline passes), and reap those that are (now) our children.
+    Returns their pids. A group the run leads is killed whole, and the scan repeats: a
+    shell forks its next child between one scan and its kill, and that child carries
+    the run id too."""
     killed: list[int] = []
-    for pid in carrying(run_id):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-    for pid in killed:
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, 0)  # only our own (adopted) children can be waited for
+    end = time.monotonic() + deadline_s
+    while found := carrying(run_id):
+        for pid in found:
+            with contextlib.suppress(OSError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+            if pid not in killed:
+                killed.append(pid)
+        for pid in found:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)  # only our own (adopted) children can be waited for
+        if time.monotonic() >= end:
+            break
+        time.sleep(0.01)  # a killed process leaves /proc when its parent reaps it
     return killed
 
 

@@ -241,14 +241,22 @@ def stop(runner: RunnerProcess) -> None:
         pytest.fail(f"runner {runner.runner_id} did not stop:\n{runner.output()}")
 
 
-def wait_until(predicate: Callable[[], object], *, what: str, deadline_s: float = 30) -> None:
-    """Poll a condition until it holds; fail with `what` after the deadline."""
+def wait_until(
+    predicate: Callable[[], object],
+    *,
+    what: str,
+    deadline_s: float = 30,
+    show: Callable[[], str] | None = None,
+) -> None:
+    """Poll a condition until it holds; fail with `what` (and what `show` tells, such as
+    a runner's output) after the deadline."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         if predicate():
             return
         time.sleep(0.05)
-    pytest.fail(f"timed out after {deadline_s}s waiting for {what}")
+    told = f"\n{show()}" if show is not None else ""
+    pytest.fail(f"timed out after {deadline_s}s waiting for {what}{told}")
 
 
 def job_state(conn: SyncConnection, job_id: int) -> str:

@@ -16,6 +16,7 @@ import pytest
 
 from fleetq.core.db import SyncConnection, connect
 from fleetq.runner import orphans
+from fleetq.runner.journal import Journal
 from tests.e2e.conftest import Repo, RunnerProcess, StartRunner, job_state, wait_until
 from tests.e2e.test_runner import _row, _submit
 
@@ -65,11 +66,23 @@ def _launched_without_a_start_report(
     wait_until(lambda: _run_id_of(job, release.parent) is not None, what="the command to launch")
     run_id = _run_id_of(job, release.parent)
     assert run_id is not None
+    # the pid is journaled just after the process starts: killed before that, the
+    # restarted runner cannot tell the run's process and rightly refuses to adopt it
+    wait_until(lambda: _journaled_pid(job, release.parent), what="the launch's pid journaled")
     assert job_state(conn, job) == "claimed"  # the start report was held back
     runner.signal(signal.SIGKILL)
     runner.wait()
     assert orphans.carrying(run_id), "in adopt mode the run outlives its runner"
     return job, run_id, runner
+
+
+def _journaled_pid(job: int, under: Path) -> bool:
+    return any(
+        entry.pid is not None
+        for path in under.glob("work/**/journal.jsonl")
+        for (job_id, _), entry in Journal(path).open_entries().items()
+        if job_id == job
+    )
 
 
 @pytest.fixture

@@ -117,7 +117,11 @@ def test_an_adopted_run_whose_row_went_bad_is_stopped_and_refused(
             job, run_id, _ = _launched_without_a_start_report(conn, repo, start_runner, release)
             conn.execute("UPDATE fleetq.jobs SET payload = '[1,2,3]'::jsonb WHERE id = $1", [job])
             restarted = start_runner(extra=ADOPT)
-            wait_until(lambda: _all_ended(conn, [job], restarted), what="the refusal")
+            wait_until(
+                lambda: _all_ended(conn, [job], restarted),
+                what="the refusal",
+                show=restarted.output,
+            )
             verdict, reason = _verdict(conn, job)
             assert verdict == "refused" and "payload must be a JSON object" in reason, reason
             assert not orphans.carrying(run_id), "the run it could not follow was killed"
