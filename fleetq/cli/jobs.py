@@ -189,7 +189,7 @@ def _do_submit(args: argparse.Namespace) -> int:
             "nothing new was queued"
         )
     if answer.created:
-        _warn_if_nobody_can(args, answer.job_id)
+        warn_if_nobody_can(args, answer.job_id)
     return 0
 
 
@@ -296,7 +296,7 @@ def _read_jobs(name: str) -> tuple[list[producer.JobSpec], list[int]]:
     return jobs, lines
 
 
-def _warn_if_nobody_can(args: argparse.Namespace, job: JobId) -> None:
+def warn_if_nobody_can(args: argparse.Namespace, job: JobId) -> None:
     """Say at once when no registered runner could ever run the job (a capability
     nobody has, more memory than any runner has): it would wait with no sign why. (With
     no runner registered yet, or a login that may not read runners, nothing is said.)"""

@@ -218,6 +218,11 @@ MATRIX: tuple[Entry, ...] = (
         "ARRAY['k2'], NULL, NULL, NULL, 'victim-bot')",
     ),
     Entry(
+        "fleetq.rerun(bigint,text,text)",
+        {Kind.SUBMITTER: "new jobs, as its own identity", Kind.OPERATOR: "new jobs, as itself"},
+        "fleetq.rerun({job}, 'victim-bot', 'k3')",
+    ),
+    Entry(
         "fleetq.cancel(bigint,text,text)",
         {
             Kind.SUBMITTER: "the jobs it submitted",

@@ -60,6 +60,20 @@ async def submit(driver: Driver, **fields: Unpack[SubmitFields]) -> SubmitResult
     return SubmitResult.model_validate(rows[0])
 
 
+async def rerun(
+    driver: Driver, *, job_id: JobId, submitted_by: str, idempotency_key: str | None = None
+) -> SubmitResult:
+    """Submit an ended job's check again: a new job, linked to the old by a `rerun` event.
+    A live job is refused for now (`RefusedNow`), an unknown one is `NotFound`."""
+    rows = await driver.fetch(
+        queries.sql("jobs_rerun"),
+        job_id,
+        validation.text(submitted_by, "submitting identity"),
+        None if idempotency_key is None else validation.text(idempotency_key, "idempotency key"),
+    )
+    return SubmitResult.model_validate(rows[0])
+
+
 class JobSpec(TypedDict):
     """One job of a batch (`submit_many`): a submit's fields but who submits (the batch's)
     and dependencies (submit those one by one, with `after`)."""

@@ -47,7 +47,8 @@ BEGIN
 END;
 $function$;
 
--- An operator cancels any job; a submitter only the jobs it submitted.
+-- An operator cancels any job; a submitter only the jobs it submitted. A job that does not
+-- exist is unknown to every caller (as a read says), not forbidden.
 CREATE OR REPLACE FUNCTION fleetq.cancel(p_job bigint, p_actor text, p_reason text)
  RETURNS TABLE(job_id bigint, previous_state text, state text, stop_pending boolean)
  LANGUAGE plpgsql
@@ -58,8 +59,8 @@ DECLARE
     c record;
 BEGIN
     SELECT * INTO c FROM fleetq.require(ARRAY['submitter', 'operator']);
-    IF c.kind = 'submitter' AND NOT EXISTS (
-        SELECT 1 FROM fleetq.jobs j WHERE j.id = p_job AND j.submitted_by = c.subject) THEN
+    IF c.kind = 'submitter' AND EXISTS (
+        SELECT 1 FROM fleetq.jobs j WHERE j.id = p_job AND j.submitted_by <> c.subject) THEN
         RAISE EXCEPTION 'submitter % may cancel only its own jobs', c.subject
             USING ERRCODE = 'insufficient_privilege';
     END IF;

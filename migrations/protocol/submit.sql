@@ -161,6 +161,45 @@ BEGIN
 END;
 $function$;
 
+-- Submit an ended job's check again (`fleetq rerun`): a new job of the same project,
+-- operation, commit, node, task and payload, as the caller (a submitter reruns anyone's
+-- check, as it could submit it; the new job is its own), under the operation's current
+-- definition. A `rerun` event on the new job names the one it repeats. A live job is
+-- refused for now: it has not decided anything to repeat yet. With a key, a repeat of
+-- the rerun answers the same job.
+CREATE OR REPLACE FUNCTION fleetq.rerun(p_job bigint, p_submitted_by text, p_idempotency_key text)
+ RETURNS TABLE(job_id bigint, created boolean, state text, priority_class smallint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    c record;
+    v_old fleetq.jobs%ROWTYPE;
+    v_new record;
+BEGIN
+    SELECT * INTO c FROM fleetq.require(ARRAY['submitter', 'operator']);
+    SELECT * INTO v_old FROM fleetq.jobs j WHERE j.id = p_job;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown job %', p_job USING ERRCODE = 'FQ004';
+    END IF;
+    IF v_old.state IN ('waiting', 'queued', 'claimed', 'running') THEN
+        RAISE EXCEPTION 'job % is still % and has decided nothing to rerun: wait for it, or '
+            'cancel it first', p_job, v_old.state USING ERRCODE = 'FQ006';
+    END IF;
+    SELECT * INTO v_new FROM fleetq.submit_unchecked(
+        v_old.project, v_old.operation, v_old.commit_sha, v_old.requested_node,
+        p_idempotency_key, v_old.task_id,
+        CASE WHEN c.kind = 'admin' THEN p_submitted_by ELSE c.subject END, v_old.payload);
+    IF v_new.created THEN
+        PERFORM fleetq.log_events('rerun', ARRAY[v_new.job_id], NULL, ARRAY[0::bigint],
+                                  CASE WHEN c.kind = 'admin' THEN p_submitted_by ELSE c.subject END,
+                                  jsonb_build_object('rerun_of', p_job));
+    END IF;
+    RETURN QUERY SELECT v_new.job_id, v_new.created, v_new.state, v_new.priority_class;
+END;
+$function$;
+
 -- Retire an operation: refused while it has live jobs (queued, claimed or running), which
 -- would otherwise run under a definition nobody can see any more. Removing a retired
 -- operation again is a no-op; `fleetq apply` with the operation in it brings it back.

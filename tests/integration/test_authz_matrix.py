@@ -204,7 +204,7 @@ def test_no_call_acts_on_another_tenant(
                 conn.rollback()
                 allowed = {"42501", "FQ007"} if kind is Kind.GATEWAY else {"42501"}
                 if kind in entry.touches:
-                    allowed |= {"FQ002", "FQ003", "FQ004"}  # its own refusals of bad input
+                    allowed |= {"FQ002", "FQ003", "FQ004", "FQ006"}  # its own refusals
                 if exc.sqlstate not in allowed:
                     failures.append(f"{where}: refused with {exc.sqlstate}, not 42501: {exc}")
                 continue

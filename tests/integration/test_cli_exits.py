@@ -9,19 +9,20 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from fleetq.cli.main import main as fleetq
 from fleetq.core import fleet as fleet_api
-from fleetq.core import leasing, producer
+from fleetq.core import leasing, producer, roles
 from fleetq.core.db import SyncConnection, with_database
 from fleetq.core.driver import Driver
 from fleetq.core.models import Outcome, OutcomeReport, RunnerId, RunnerState
 from tests import factories, fleet
 from tests.fleet import SHA
-from tests.integration.conftest import Cli, login_dsn
+from tests.integration.conftest import Cli, Login, login_dsn
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "fleet.toml"
 
@@ -52,6 +53,23 @@ async def test_cancel_reports_each_id(cli: Cli, driver: Driver) -> None:
     code, out, err = run("cancel", str(job.job_id), "999999")
     assert code == 65
     assert f"job {job.job_id} cancelled" in out and "job 999999: no such job" in err
+
+
+async def test_a_submitter_s_cancel_of_a_missing_job_is_not_found(
+    login: Login, driver: Driver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As its read says (65), not 77 "may cancel only its own jobs" (issue 42, item 9);
+    another submitter's job is still refused."""
+    bob = login(roles.Kind.SUBMITTER, "bob")
+    theirs = await producer.submit(
+        driver, project="tools", operation="lint", commit=SHA, submitted_by="alice"
+    )
+    with ThreadPoolExecutor(1) as pool:
+        missing = pool.submit(fleetq, ["--dsn", bob, "cancel", "999999"]).result()
+        other = pool.submit(fleetq, ["--dsn", bob, "cancel", str(theirs.job_id)]).result()
+    err = capsys.readouterr().err
+    assert (missing, other) == (65, 77), err
+    assert "job 999999: no such job" in err
 
 
 @pytest.mark.parametrize(

@@ -150,6 +150,7 @@ EXERCISED: dict[str, list[list[str]]] = {
     "config remove": [["config", "remove", "schedule", HOSTILE]],
     "submit": [["submit", "webapp", "unit", "--commit", SHA, "--key", HOSTILE]],
     "cancel": [["cancel", "QUEUED", "FAILED"], ["cancel", "QUEUED", "--json"]],
+    "rerun": [["rerun", "FAILED"], ["rerun", "FAILED", "--json", "--key", HOSTILE]],
     "result": [
         ["result", "webapp", SHA],
         ["result", "webapp", SHA, "-v"],

@@ -7,6 +7,11 @@
 SELECT * FROM fleetq.submit($1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
                             $7::text, $8::text::jsonb, $9::bigint[], $10::text);
 
+-- name: jobs_rerun
+-- An ended job's check again, as a new job (protocol/submit.sql, rerun).
+-- $1 the job, $2 submitted by, $3 idempotency key (NULL: none)
+SELECT * FROM fleetq.rerun($1::bigint, $2::text, $3::text);
+
 -- name: jobs_submit_many
 -- One statement for a batch (protocol/submit.sql, submit_many); answers in input order.
 -- $1 projects, $2 operations, $3 commits, $4 requested nodes, $5 idempotency keys,
