@@ -132,18 +132,11 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
             yield driver, caller
 
     async def never_runnable(driver: AsyncpgDriver, job_id: JobId) -> list[str]:
-        """The CLI's warning when no registered runner could ever run the job. Only a
-        login that reads runners can tell (an administrator's DSN; a gateway login
-        reads what a submitter reads), so on a refusal the API stops asking until it
-        restarts, and a failure here never undoes the submit (a savepoint of its own)."""
-        if not gateway.reads_runners:
-            return []
+        """The CLI's warning when no registered runner could ever run the job; a failure
+        here never undoes the submit (a savepoint of its own)."""
         try:
             async with savepoint(driver):
                 warning = await eligibility.never_runnable(driver, job_id)
-        except errors.PermissionDenied:
-            gateway.reads_runners = False
-            return []
         except errors.FleetqError:
             return []
         return [warning] if warning is not None else []

@@ -37,9 +37,6 @@ class Gateway:
         self.dsn = dsn
         self.pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
-        # whether this login may read runners (to warn of a job none could ever run):
-        # a login's privileges, not a token's, so one refusal answers for the process
-        self.reads_runners = True
 
     async def open(self) -> None:
         """Open the pool and refuse a schema that is not this code's (as every fleetq

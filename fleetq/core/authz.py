@@ -251,6 +251,11 @@ MATRIX: tuple[Entry, ...] = (
     ),
     # reads and pure helpers of the readers' queries
     Entry(
+        "fleetq.explain_jobs(bigint[])",
+        dict.fromkeys(_ALL_READERS, "reads the runners' verdicts for jobs"),
+        None,
+    ),
+    Entry(
         "fleetq.waiting_on(bigint,text)", dict.fromkeys(_ALL_READERS, "reads dependencies"), None
     ),
     Entry(

@@ -193,3 +193,57 @@ BEGIN
     RETURN NEXT r;
 END;
 $function$;
+
+-- Why each registered runner could or could not take jobs of these shapes (the claim's own
+-- rule, fleetq.ineligibility): `fleetq explain`, the console and the warning a submit
+-- gives when no runner could ever run the job. A function of its own so a submitter
+-- (and the API's gateway, for a submitter's token) can be told why its job waits
+-- without reading the runner tables: it answers the runners' verdicts for these jobs
+-- and nothing else of theirs. One row per (distinct shape among the jobs, runner).
+CREATE OR REPLACE FUNCTION fleetq.explain_jobs(p_jobs bigint[])
+ RETURNS TABLE(lane text, capabilities text[], requested_node text, memory_mb integer,
+               cpu_millis integer, runner_id text, node text, reason text,
+               needs_memory_mb integer, needs_cpu_millis integer,
+               missing_capabilities text[], free_memory_mb integer, free_cpu_millis integer,
+               total_memory_mb integer, total_cpu_millis integer, slots integer,
+               slots_used integer)
+ LANGUAGE plpgsql
+ STABLE
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    PERFORM fleetq.require(ARRAY['submitter', 'operator', 'reader']);
+    RETURN QUERY
+    WITH shapes AS (
+        SELECT DISTINCT j.lane, j.capabilities, j.requested_node, j.memory_mb, j.cpu_millis
+        FROM fleetq.jobs j
+        WHERE j.id = ANY (p_jobs)
+    )
+    SELECT s.lane, s.capabilities, s.requested_node, s.memory_mb, s.cpu_millis,
+           r.id,
+           r.node,
+           fleetq.ineligibility(s.capabilities, s.requested_node, s.memory_mb, s.cpu_millis,
+                                r.node, r.capabilities, r.state,
+                                fleetq.runner_is_stale(r.last_heartbeat_at),
+                                r.memory_mb - r.reserved_memory_mb,
+                                r.cpu_millis - r.reserved_cpu_millis,
+                                l.slots, l.slots_used),
+           s.memory_mb,
+           s.cpu_millis,
+           ARRAY(SELECT c FROM unnest(s.capabilities) c
+                 EXCEPT SELECT c FROM unnest(r.capabilities) c ORDER BY 1),
+           r.memory_mb - r.reserved_memory_mb,
+           r.cpu_millis - r.reserved_cpu_millis,
+           r.memory_mb,
+           r.cpu_millis,
+           l.slots,
+           l.slots_used
+    FROM shapes s
+    CROSS JOIN fleetq.runners r
+    LEFT JOIN fleetq.runner_lanes l ON l.runner_id = r.id AND l.lane = s.lane
+    WHERE fleetq.runner_listed(r.forgotten_at, r.last_heartbeat_at)
+    ORDER BY r.id;
+END;
+$function$;

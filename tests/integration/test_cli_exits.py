@@ -176,6 +176,25 @@ def test_submit_warns_when_no_runner_could_ever_run_the_job(
     assert code == 0 and out.startswith("job 1 is finished (cancelled)")
 
 
+def test_a_submitter_login_is_warned_and_told_why_too(
+    login: Login, sync_conn: SyncConnection, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A submitter's login may not read the runner tables, so its submit warned of
+    nothing and its `explain` was refused (issue 42, item 9): fleetq.explain_jobs answers
+    it the runners' verdicts for its job."""
+    factories.runner(sync_conn, lanes={"checks": 2})  # no "browser" capability
+    ci = login(roles.Kind.SUBMITTER, "ci")
+    with ThreadPoolExecutor(1) as pool:
+        submitted = pool.submit(
+            fleetq, ["--dsn", ci, "submit", "webapp", "browser", "--commit", SHA]
+        ).result()
+        submit_err = capsys.readouterr().err
+        explained = pool.submit(fleetq, ["--dsn", ci, "explain", "1"]).result()
+    out = capsys.readouterr().out
+    assert submitted == 0 and "no registered runner could ever run job 1" in submit_err
+    assert explained == 0 and "missing capability browser" in out, out
+
+
 def test_config_show_gives_back_a_file_that_changes_nothing(cli: Cli, tmp_path: Path) -> None:
     """`fleetq config show` (issue 14): the configuration as the database has it, as a
     file `fleetq apply` takes back unchanged."""
