@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -11,27 +12,62 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from fleetq import __version__
-from fleetq.cli import (
-    api,
-    bench,
-    demo,
-    exits,
-    jobs,
-    logs,
-    prune,
-    rerun,
-    roles,
-    runners,
-    schedules,
-    schema,
-    server,
-    stats,
-    tokens,
-    wait,
-)
+from fleetq.cli import exits
 from fleetq.cli.output import terminal
 from fleetq.core.errors import ConfigError, FleetqError
 from fleetq.core.text import escape
+
+# Each verb and the module of fleetq.cli that adds it, in the order `--help` lists them. A
+# command imports only its own module: psycopg, pydantic, FastAPI and Textual take most
+# of a second to load, and `fleetq result` in a CI loop paid it all on every call.
+# (tests/unit/test_cli_options.py holds this table equal to what the modules add.)
+VERBS: dict[str, str] = {
+    "demo": "demo",
+    "server": "server",
+    "migrate": "schema",
+    "apply": "schema",
+    "config": "schema",
+    "submit": "jobs",
+    "cancel": "jobs",
+    "result": "jobs",
+    "jobs": "jobs",
+    "explain": "jobs",
+    "events": "jobs",
+    "reap": "jobs",
+    "rerun": "rerun",
+    "wait": "wait",
+    "logs": "logs",
+    "runners": "runners",
+    "drain": "runners",
+    "pause": "runners",
+    "resume": "runners",
+    "schedules": "schedules",
+    "overlaps": "stats",
+    "stats": "stats",
+    "prune": "prune",
+    "bench": "bench",
+    "bench-scale": "bench",
+    "bench-checks": "bench",
+    "roles": "roles",
+    "tokens": "tokens",
+    "api": "api",
+}
+MODULES = tuple(dict.fromkeys(VERBS.values()))
+_TAKES_VALUE = ("--dsn",)  # options before the verb that take the next word
+
+
+def verb_of(argv: Sequence[str]) -> str | None:
+    """The verb a command line names, if it names a known one before anything else
+    (None: `--help`, no verb, a misspelt one: the whole parser answers those)."""
+    words = iter(argv)
+    for word in words:
+        if word in _TAKES_VALUE:
+            next(words, None)
+        elif word == "--":
+            return None
+        elif not word.startswith("-"):
+            return word if word in VERBS else None
+    return None
 
 
 class UsageExit(argparse.ArgumentParser):
@@ -69,8 +105,9 @@ def _add_connection_options(parser: argparse.ArgumentParser, *, default: Any) ->
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line; each verb lives in its own module."""
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The command line: with a known `verb`, only the module that adds it is loaded;
+    else the whole of it. Each verb lives in its own module."""
     parser = UsageExit(
         prog="fleetq",
         description="fleetq: a fleet job queue on PostgreSQL. With no --dsn and no FLEETQ_DSN, "
@@ -88,31 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
     )
-    for module in (
-        demo,
-        server,
-        schema,
-        jobs,
-        rerun,
-        wait,
-        logs,
-        runners,
-        schedules,
-        stats,
-        prune,
-        bench,
-        roles,
-        tokens,
-        api,
-    ):
+    for name in (VERBS[verb],) if verb in VERBS else MODULES:
+        module = importlib.import_module(f"fleetq.cli.{name}")
         module.register(commands)
     return parser
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse a command line; `--json` before the command applies to it when it has one."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(verb_of(words))
+    args = parser.parse_args(words)
     if args.json_before_command:
         if not hasattr(args, "json"):
             parser.error(f"`fleetq {_command_name(args)}` has no --json output")
@@ -129,7 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     is one line on stderr (its untrusted text escaped) and an exit status from `exits`
     by kind; no traceback reaches a user unless -v asks."""
     with terminal():
-        args = parse(argv)
+        try:
+            args = parse(argv)  # loads the command's module
+        except KeyboardInterrupt:
+            print("fleetq: interrupted", file=sys.stderr)
+            return exits.Exit.INTERRUPTED
         logging.basicConfig(
             level=logging.INFO if args.verbose else logging.WARNING,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",

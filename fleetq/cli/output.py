@@ -15,22 +15,23 @@ import json
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TextIO, cast
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from fleetq.core.text import escape
+
+if TYPE_CHECKING:  # not imported to run: every command starts through here (cli.entry)
+    from pydantic import BaseModel
 
 
 def emit_json(value: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
     """One JSON document on stdout (ASCII only: every control character, DEL and any
     other non-ASCII character inside a string is a `\\uNNNN` escape)."""
-    if isinstance(value, BaseModel):
-        data: Any = value.model_dump(mode="json")
-    elif isinstance(value, dict):
-        data = value
-    else:
+    if isinstance(value, dict):
+        data: Any = value
+    elif isinstance(value, Sequence):
         data = [item.model_dump(mode="json") for item in value]
+    else:
+        data = value.model_dump(mode="json")
     json.dump(data, sys.stdout, indent=2, default=str, ensure_ascii=True)
     sys.stdout.write("\n")
 
