@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 FLEETQ = [sys.executable, "-m", "fleetq"]
@@ -41,7 +40,7 @@ def _wall(argv: list[str], env: dict[str, str], runs: int) -> float:
     return statistics.median(times)
 
 
-def _imports(argv: list[str], env: dict[str, str]) -> Counter[str]:
+def _imports(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     """Self time of each import, summed by top-level package, in ms."""
     done = subprocess.run(
         [sys.executable, "-X", "importtime", *argv[1:]],
@@ -50,12 +49,13 @@ def _imports(argv: list[str], env: dict[str, str]) -> Counter[str]:
         text=True,
         check=False,
     )
-    by_package: Counter[str] = Counter()
+    by_package: dict[str, float] = {}
     for line in done.stderr.splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
             continue
         own, _, name = line.removeprefix("import time:").split("|")
-        by_package[name.strip().split(".")[0]] += int(own) / 1000
+        package = name.strip().split(".")[0]
+        by_package[package] = by_package.get(package, 0.0) + int(own) / 1000
     return by_package
 
 
@@ -82,7 +82,7 @@ def main() -> int:
     by_package = _imports([*FLEETQ, *COMMANDS["fleetq result P C"]], env)
     total = sum(by_package.values())
     print(f"\nimports of `fleetq result`: {total:.0f} ms")
-    for package, ms in by_package.most_common(8):
+    for package, ms in sorted(by_package.items(), key=lambda kv: -kv[1])[:8]:
         print(f"  {package:26} {ms:6.1f} ms")
     return 0
 
