@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from fleetq.cli.common import actor, add_actor, run
+from fleetq.cli.exits import Exit
 from fleetq.cli.output import emit_json, table
 from fleetq.core import config, configview, migrate, removal, schedules
 from fleetq.core.db import connect, resolve_dsn, wrap_errors
@@ -27,7 +28,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--status",
         action="store_true",
         help="list applied and pending migrations, each expand or contract (a contract one "
-        "stops older fleetq from starting)",
+        "stops older fleetq from starting); exit 78 when one is pending, or a contract one "
+        "this fleetq does not know is applied, else 0",
     )
     m.add_argument("--json", action="store_true", help="machine-readable output (with --status)")
     m.set_defaults(func=_migrate)
@@ -95,7 +97,14 @@ def _migrate(args: argparse.Namespace) -> int:
                     ],
                 )
             )
-        return 0 if all(r.state == migrate.MigrationState.APPLIED for r in rows) else 1
+        # 78, as every command says when the schema stops it: something to apply, or a
+        # contract migration this code does not know (a newer fleetq's)
+        stopped = any(
+            r.state == migrate.MigrationState.PENDING
+            or (r.state == migrate.MigrationState.UNKNOWN and r.contract)
+            for r in rows
+        )
+        return Exit.CONFIG if stopped else Exit.OK
     with wrap_errors():
         protocol: list[str] = []
         applied = migrate.migrate(dsn, on_protocol=protocol.append, on_wait=_say_waiting)
