@@ -171,8 +171,8 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
         sets the priority class). With an idempotency key, a repeat answers 200 with the
         job it already made. A W3C `traceparent` header is stored and handed to the job;
         a malformed one is ignored (as the standard asks) and said so in `warnings`, as
-        is a job no registered runner could ever run (when the API's login reads
-        runners: an administrator's DSN, not a gateway login)."""
+        is a job no registered runner could ever run. The same key with another request
+        (project, operation, commit, node, task, payload or `after`) is a 409."""
         key = body.idempotency_key
         if idempotency_key is not None:
             # a header is read as latin-1: the same key sent as UTF-8 bytes would name

@@ -130,11 +130,16 @@ BEGIN
     SELECT * INTO v_old FROM fleetq.jobs j
     WHERE j.project = p_project AND j.submitted_by = p_submitted_by
       AND j.idempotency_key = p_idempotency_key;
+    -- Everything that defines the job is compared, its dependencies too (a repeat with
+    -- other `after` jobs is another request). Not the traceparent: a retry is sent from
+    -- a span (or a pipeline) of its own, and it is still the same job.
     IF (v_old.operation, v_old.commit_sha, v_old.requested_node, v_old.task_id,
         v_old.submitted_by, v_old.payload)
        IS DISTINCT FROM
        (p_operation, p_commit, p_requested_node, p_task_id, p_submitted_by,
-        coalesce(p_payload, '{}'::jsonb)) THEN
+        coalesce(p_payload, '{}'::jsonb))
+       OR v_after IS DISTINCT FROM ARRAY(SELECT d.depends_on FROM fleetq.job_dependencies d
+                                        WHERE d.job_id = v_old.id ORDER BY 1) THEN
         RAISE EXCEPTION 'idempotency key already names job % of project % with other parameters',
             v_old.id, p_project USING ERRCODE = 'FQ001';
     END IF;
@@ -411,16 +416,18 @@ BEGIN
              WITH ORDINALITY AS i(project, operation, commit_sha, node, key, task, payload,
                                   made, n)
         CROSS JOIN LATERAL (SELECT j.id, j.operation, j.commit_sha, j.requested_node,
-                                   j.task_id, j.submitted_by, j.payload
+                                   j.task_id, j.submitted_by, j.payload,
+                                   EXISTS (SELECT 1 FROM fleetq.job_dependencies d
+                                           WHERE d.job_id = j.id) AS waits
                             FROM fleetq.jobs j
                             WHERE i.made IS NULL AND j.project = i.project
                               AND j.submitted_by = p_submitted_by
                               AND j.idempotency_key = i.key
                             LIMIT 1) j  -- a probe by key per row (see the answer below)
         WHERE (j.operation, j.commit_sha, j.requested_node, j.task_id, j.submitted_by,
-               j.payload)
+               j.payload, j.waits)  -- a batch's jobs wait on nothing
               IS DISTINCT FROM (i.operation, i.commit_sha, i.node, i.task, p_submitted_by,
-                                coalesce(i.payload, '{}'))
+                                coalesce(i.payload, '{}'), false)
         ORDER BY i.n LIMIT 1;
         IF FOUND AND array_position(v_made, v_bad.existing) IS NOT NULL THEN
             RAISE EXCEPTION 'job %: repeats the idempotency key of job % of this batch with '

@@ -244,6 +244,11 @@ def test_submit_is_idempotent_by_key_and_answers_where_the_job_is(
         "/v1/jobs", json=_job(commit=OTHER_SHA), headers={**ci, "Idempotency-Key": "build-7"}
     )
     assert other.status_code == 409 and other.json()["error"]["type"] == "idempotency_conflict"
+    # waiting on a job is part of the request too (issue 43, finding 2)
+    waits = api.post(
+        "/v1/jobs", json=_job(after=[job["job_id"]]), headers={**ci, "Idempotency-Key": "build-7"}
+    )
+    assert waits.status_code == 409, waits.text
     both = api.post(
         "/v1/jobs", json=_job(idempotency_key="a"), headers={**ci, "Idempotency-Key": "b"}
     )

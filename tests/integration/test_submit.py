@@ -72,6 +72,34 @@ async def test_same_key_with_other_parameters_is_refused(driver: Driver) -> None
         await _submit(driver, idempotency_key="k", payload={"a": 1}, commit="a" * 40)
 
 
+async def test_same_key_with_other_dependencies_is_refused(driver: Driver) -> None:
+    """A repeat with other `after` jobs is another request (issue 43, finding 2: it got
+    the first job back, `created=false`, without the dependencies it asked for); the
+    same ones in another order, or from a span of its own, are the same request."""
+    a, b = (await _submit(driver)).job_id, (await _submit(driver)).job_id
+    first = await _submit(driver, idempotency_key="k", after=[a, b])
+    again = await _submit(
+        driver,
+        idempotency_key="k",
+        after=[b, a, b],
+        traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    )
+    assert (again.job_id, again.created) == (first.job_id, False)
+    for other in ([a], [], None):
+        with pytest.raises(IdempotencyConflict, match="other parameters"):
+            await _submit(driver, idempotency_key="k", after=other)
+    plain = await _submit(driver, idempotency_key="plain")
+    with pytest.raises(IdempotencyConflict):
+        await _submit(driver, idempotency_key="plain", after=[a])
+    batch = {"project": "tools", "operation": "lint", "commit": SHA, "idempotency_key": "k"}
+    with pytest.raises(IdempotencyConflict):  # a batch's jobs wait on nothing
+        await producer.submit_many(driver, [batch], submitted_by="alice")
+    (same,) = await producer.submit_many(
+        driver, [{**batch, "idempotency_key": "plain"}], submitted_by="alice"
+    )
+    assert (same.job_id, same.created) == (plain.job_id, False)
+
+
 async def test_keys_are_per_project(driver: Driver) -> None:
     a = await _submit(driver, idempotency_key="k")
     b = await _submit(driver, idempotency_key="k", project="webapp", operation="unit")
