@@ -91,12 +91,13 @@ async def test_same_key_with_other_dependencies_is_refused(driver: Driver) -> No
     plain = await _submit(driver, idempotency_key="plain")
     with pytest.raises(IdempotencyConflict):
         await _submit(driver, idempotency_key="plain", after=[a])
-    batch = {"project": "tools", "operation": "lint", "commit": SHA, "idempotency_key": "k"}
+
+    def batch(key: str) -> producer.JobSpec:
+        return {"project": "tools", "operation": "lint", "commit": SHA, "idempotency_key": key}
+
     with pytest.raises(IdempotencyConflict):  # a batch's jobs wait on nothing
-        await producer.submit_many(driver, [batch], submitted_by="alice")
-    (same,) = await producer.submit_many(
-        driver, [{**batch, "idempotency_key": "plain"}], submitted_by="alice"
-    )
+        await producer.submit_many(driver, [batch("k")], submitted_by="alice")
+    (same,) = await producer.submit_many(driver, [batch("plain")], submitted_by="alice")
     assert (same.job_id, same.created) == (plain.job_id, False)
 
 
