@@ -87,6 +87,19 @@ async def hold_transaction(ctx: JobContext) -> str:
     return f"effect written under token {ctx.token}"
 
 
+async def hold_then_run(ctx: JobContext) -> str:
+    """Hold `ctx.transaction()` for `payload.hold` seconds, write the effect, then run on
+    for `payload.after` seconds: the renewals sent while it held the row were answered
+    busy, and the lease must still be current when the row is let go (issue 43)."""
+    async with ctx.transaction() as conn:
+        await asyncio.sleep(float(ctx.claim.payload.get("hold", 0)))
+        await conn.execute(
+            "INSERT INTO effects (job_id, token) VALUES ($1, $2)", ctx.claim.job_id, ctx.token
+        )
+    await asyncio.sleep(float(ctx.claim.payload.get("after", 0)))
+    return f"effect written under token {ctx.token}"
+
+
 async def effect_and_ledger(ctx: JobContext) -> str:
     """The fault suite's handler job: write the fenced ledger under the job's key, then
     the in-database effect in the outcome's own transaction (so: exactly once)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -36,6 +37,9 @@ class JobContext:
     # the trace context to continue: the runner's run span when spans are on
     # (runner/tracing.py), else the one the job was submitted with
     trace_header: str | None = None
+    # told of a renewal made inside a transaction: (when it was sent, on
+    # `time.monotonic()`; the lease's seconds left)
+    renewed: Callable[[float, float | None], None] = lambda _sent, _left: None
 
     @property
     def token(self) -> int:
@@ -128,10 +132,22 @@ class JobContext:
                 async with conn.transaction():
                     with mapped_errors():  # fleetq's own statements: a lock timeout is
                         locked = await self._lock(conn)  # DatabaseBusy, run again
-                    yield locked
-                    if finish:
+                    failed: Exception | None = None
+                    try:
+                        # the handler's writes in a savepoint, so that the renewal below
+                        # commits whether they do or not
+                        async with conn.transaction():
+                            yield locked
+                            if finish:
+                                with mapped_errors():
+                                    await self._finish(conn)
+                    except Exception as exc:
+                        failed = exc
+                    if failed is not None or not finish:
                         with mapped_errors():
-                            await self._finish(conn)
+                            await self._renew(conn)
+                if failed is not None:
+                    raise failed
             except Exception as exc:
                 # Only the loss of this transaction's own connection is fleetq's to
                 # explain; whatever else the handler's code raises passes through as is.
@@ -152,6 +168,19 @@ class JobContext:
         if held is None:
             raise StaleLease(self.claim.job_id, self.claim.lease_version, "handler write")
         return conn
+
+    async def _renew(self, conn: Connection) -> None:
+        """Renew the lease in this transaction, which holds the job's row. Renewals sent
+        while it did skipped the row and answered busy: they did not extend the lease,
+        which may have run out meanwhile (nobody could take it while the row was held).
+        Renewed before the row is let go, the lease is current the moment another
+        runner's reaper could see it (issue 43, finding 1)."""
+        sent = time.monotonic()
+        (row,) = await conn.fetch(
+            queries.sql("lease_heartbeat"), self.runner, [self.claim.job_id], [self.token]
+        )
+        if row["status"] == "ok":
+            self.renewed(sent, row["lease_left_s"])
 
     async def _finish(self, conn: Connection) -> None:
         """The job's successful outcome, in the handler's transaction."""

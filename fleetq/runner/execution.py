@@ -104,6 +104,13 @@ class Execution:
         one it was submitted with."""
         return self.trace.header() if self.trace else self.claim.traceparent
 
+    def renewed(self, sent: float, left: float | None) -> None:
+        """Its lease was renewed by a call sent at `sent` (`time.monotonic()`), with
+        `left` seconds to run as the database answered."""
+        self.renewed_at = sent
+        if left is not None:
+            self.lease_s = left
+
     @property
     def in_transaction(self) -> bool:
         """Whether its handler holds a `ctx.transaction()` (and so its job's row) now."""
@@ -340,6 +347,7 @@ async def _run_handler(ex: Execution, kit: Toolkit, op: Operation) -> executor.F
             runner=kit.runner,
             pool=kit.pool,
             trace_header=ex.traceparent,
+            renewed=ex.renewed,
         )
         left = deadline - time.monotonic()
         finished = await executor.run_handler(fn, ctx, timeout_s=left, stoppable=ex)

@@ -102,17 +102,18 @@ class LeaseKeeping(RunnerBase):
             if (ex := self.executions.get(answer.job_id)) is None:
                 continue
             if answer.status == WriteStatus.OK:
-                ex.renewed_at = sent
-                if (left := answer.lease_left_s) is not None:
-                    ex.lease_s = left
-                    # left is what was granted less at most this round trip: anything
-                    # else was granted under another setting than this runner read (one
-                    # changed with no notice it heard): read the settings again
-                    if not self.lease_seconds - took - 1 < left <= self.lease_seconds:
-                        self._coalesced("config", self._reread_config)
+                ex.renewed(sent, left := answer.lease_left_s)
+                # left is what was granted less at most this round trip: anything else
+                # was granted under another setting than this runner read (one changed
+                # with no notice it heard): read the settings again
+                if left is not None and not self.lease_seconds - took - 1 < left <= (
+                    self.lease_seconds
+                ):
+                    self._coalesced("config", self._reread_config)
             elif answer.status == WriteStatus.BUSY and ex.in_transaction:
                 # its row is locked by this run's own handler transaction: nobody can take
-                # the lease while it is (claims take queued jobs; the reaper skips it)
+                # the lease while it is (claims take queued jobs; the reaper skips it),
+                # and the transaction renews it before it lets the row go (context.py)
                 ex.renewed_at = sent
             elif answer.status == WriteStatus.BUSY:
                 log.warning(

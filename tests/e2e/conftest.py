@@ -112,6 +112,9 @@ command = "python3 -c 'import sys; sys.stdout.write(chr(0) * 3)'"
 [projects.repo.operations.hold]
 lane = "control"
 handler = "tests.handlers:hold_transaction"
+[projects.repo.operations.hold_then_run]
+lane = "control"
+handler = "tests.handlers:hold_then_run"
 [projects.repo.operations.peek]
 lane = "checks"
 command = "sh -c 'id -un; cat /proc/$PPID/environ > /dev/null 2>&1 && echo LEAKED || echo DENIED'"

@@ -337,6 +337,45 @@ def test_a_long_handler_transaction_does_not_fence_the_runner_s_other_jobs(
     assert "self-fencing" not in runner.output()
 
 
+def test_a_lease_held_by_a_handler_transaction_is_current_when_it_commits(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    """Issue 43, finding 1: renewals skip a row the handler's own transaction holds and
+    answer busy, which the runner counted as renewed while the lease in the database ran
+    out; the moment the transaction committed, another runner's reaper took the job, and
+    the two passed it back and forth (tokens 1-6, overlapping runs, failed). With one
+    runner nobody reaps, so this takes two: the second reaps every 0.05 s."""
+    fast = tmp_path / "reaper.toml"
+    fast.write_text("reap_interval_s = 0.05\n")
+    with connect(fleet_dsn, autocommit=True) as conn:
+        conn.execute(b"UPDATE fleetq.settings SET value = '3' WHERE name = 'lease_seconds'")
+        holder = start_runner(name="holder", lanes=("control=1",))
+        job = _submit(conn, "hold_then_run", repo.head, payload={"hold": 6, "after": 4})
+        wait_until(
+            lambda: job_state(conn, job) in ("claimed", "running"),
+            what="the handler to start",
+            show=lambda: f"{job_state(conn, job)}\n{holder.output()}",
+        )
+        reaper = start_runner(name="reaper", lanes=("control=1",), extra=("--config", str(fast)))
+        wait_until(
+            lambda: job_state(conn, job) in ("succeeded", "failed"),
+            what="the job to end",
+            deadline_s=60,
+        )
+        row = conn.execute(
+            b"SELECT state, lease_version, (SELECT count(*) FROM fleetq.executions e "
+            b"WHERE e.job_id = j.id) FROM fleetq.jobs j WHERE id = $1",
+            [job],
+        ).fetchone()
+        assert row is not None and tuple(row) == ("succeeded", 1, 1), (
+            row,
+            holder.output(),
+            reaper.output(),
+        )
+        effects = conn.execute(b"SELECT job_id, token FROM effects").fetchall()
+        assert [tuple(e) for e in effects] == [(job, 1)]
+
+
 def test_self_fenced_hand_backs_count_against_the_reassignment_cap(
     fleet_dsn: str, repo: Repo
 ) -> None:
