@@ -63,6 +63,7 @@ TESTS = (
     "tests/integration/test_verdicts.py",
     "tests/integration/test_wait.py",
     "tests/integration/test_rerun.py",
+    "tests/integration/test_schedules.py",
 )
 COPIED = ("fleetq", "migrations", "tests", "docs", "pyproject.toml")
 UNUSED_PLUGINS = ("textual-snapshot", "syrupy", "xdist", "xdist.looponfail", "anyio")

@@ -95,12 +95,14 @@ async def test_a_pending_stop_still_counts(driver: Driver, sync_conn: SyncConnec
     assert after.job_id == waiting
 
 
+@pytest.mark.parametrize(("table", "name"), [("lanes", "checks"), ("projects", "tools")])
 async def test_two_runners_claiming_at_once_never_exceed_the_cap(
-    driver: Driver, sync_conn: SyncConnection, db_dsn: str
+    driver: Driver, sync_conn: SyncConnection, db_dsn: str, table: str, name: str
 ) -> None:
-    """The first claim is left uncommitted: the second waits on the lane's row, then
-    counts the first's jobs. Without the lock both would see room for three."""
-    _cap(sync_conn, "lanes", "checks", 3)
+    """The first claim is left uncommitted: the second waits on the lane's (or the
+    project's) row, then counts the first's jobs. Without the lock both would see room
+    for three (issue 43, finding 3: four runners, project cap 1, four jobs reserved)."""
+    _cap(sync_conn, table, name, 3)
     one = await fleet.runner(driver)
     other = await fleet.runner(driver, "r2", node="node-b")
     for _ in range(6):

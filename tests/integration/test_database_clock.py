@@ -2,7 +2,8 @@
 the start of the transaction the statement runs in (now()). In autocommit the two are
 equal, so each test here runs its write in a transaction whose start lies well behind its
 clock: with now() the lease would come out short by that much (mutants
-claim-lease-on-transaction-clock and heartbeat-renews-on-transaction-clock)."""
+claim-lease-on-transaction-clock, heartbeat-renews-on-transaction-clock and
+start-report-renews-on-transaction-clock)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,33 @@ async def test_a_heartbeat_renews_from_when_it_runs(driver: Driver, db_dsn: str)
             conn.execute(
                 "SELECT status, lease_expires_at FROM fleetq.heartbeat($1, $2, $3)",
                 [runner, [claim.job_id], [claim.lease_version]],
+            ).fetchone()
+            or ()
+        )
+        conn.commit()
+    assert status == "ok"
+    assert expires >= clock + timedelta(seconds=LEASE_S)
+
+
+async def test_a_start_report_extends_the_lease_from_when_it_runs(
+    driver: Driver, db_dsn: str
+) -> None:
+    """Mutant start-report-renews-on-transaction-clock (issue 43, finding 3)."""
+    runner = await fleet.runner(driver)
+    await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="a")
+    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
+    with connect(db_dsn) as conn:
+        clock = _aged_transaction(conn)
+        (status,) = (
+            conn.execute(
+                "SELECT fleetq.report_start($1, $2, $3, 'n', $4, 1, NULL, 0)",
+                [runner, claim.job_id, claim.lease_version, uuid.uuid4()],
+            ).fetchone()
+            or ()
+        )
+        (expires,) = (
+            conn.execute(
+                "SELECT lease_expires_at FROM fleetq.jobs WHERE id = $1", [claim.job_id]
             ).fetchone()
             or ()
         )

@@ -169,6 +169,23 @@ async def test_each_lease_answers_its_own_length_and_a_start_never_shortens_it(
     assert [(b.status, b.lease_left_s) for b in stale] == [(WriteStatus.STALE, None)]
 
 
+async def test_an_outcome_under_a_token_not_yet_granted_is_stale(driver: Driver) -> None:
+    """Only the current token writes: not an older one, and not one greater than any
+    granted (mutant an-outcome-under-a-greater-token, issue 43, finding 3)."""
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    ahead = OutcomeReport(
+        job_id=claim.job_id,
+        lease_version=FencingToken(claim.lease_version + 1),
+        outcome=Outcome.SUCCEEDED,
+    )
+    with pytest.raises(StaleLease):
+        await leasing.complete(driver, runner=runner, outcome=ahead)
+    job = await readers.job(driver, claim.job_id)
+    assert (job.state, job.lease_version) == (JobState.CLAIMED, claim.lease_version)
+
+
 async def test_empty_queue_and_unknown_runner(driver: Driver) -> None:
     runner = await fleet.runner(driver)
     assert await leasing.claim(driver, runner=runner, lane="checks", limit=5) == []
@@ -418,10 +435,18 @@ async def test_expiry_never_counts_as_loss_and_has_its_own_cap(
     assert await _reserved(driver, runner) == (0, 0, {"checks": [4, 0], "control": [1, 0]})
 
 
-async def test_reap_leaves_live_leases_alone(driver: Driver) -> None:
+async def test_reap_leaves_live_leases_alone(driver: Driver, sync_conn: SyncConnection) -> None:
     runner = await fleet.runner(driver)
-    await _job(driver)
+    job_id = await _job(driver)
     await _claim_one(driver, runner)
+    assert (await leasing.reap(driver)).requeued == 0
+    # even one about to expire (mutant reaper-takes-leases-about-to-expire: a lease with
+    # 0.80 s left was requeued)
+    sync_conn.execute(
+        "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() + interval '0.8 s' "
+        "WHERE id = $1",
+        [job_id],
+    )
     assert (await leasing.reap(driver)).requeued == 0
 
 

@@ -220,6 +220,13 @@ async def test_nothing_live_and_nothing_still_settling_goes(
         "VALUES ($1, 1, $2, 'node-z', $3)",
         [run_open, owner, uuid.uuid4()],
     )
+    # a stop not confirmed whose run has an end all the same (mutant
+    # prune-takes-a-stop-pending-job-whose-run-ended)
+    sync_conn.execute(
+        "INSERT INTO fleetq.executions (job_id, lease_version, runner_id, node, run_id, "
+        "ended_at) VALUES ($1, 1, $2, 'node-z', $3, $4)",
+        [stop_pending, owner, uuid.uuid4(), ended],
+    )
     late = _ended(sync_conn, ended, "cancelled")  # something recorded about it since
     sync_conn.execute(
         "INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version) "

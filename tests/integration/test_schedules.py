@@ -109,6 +109,22 @@ async def test_a_tick_fires_once_whoever_fires_it(
     assert (await readers.job(driver, JobId(job))).commit_sha == SHA
 
 
+def test_a_tick_not_after_the_last_one_fires_nothing(
+    sync_conn: SyncConnection, tmp_path: Path
+) -> None:
+    """A tick from before the schedule existed (or at its last tick) is settled already
+    (issue 43, finding 3: without the last-tick check a Berlin `15 2 * * *` schedule
+    fired a tick from before it existed, at the autumn change)."""
+    _apply(sync_conn, tmp_path, _hourly())
+    start = _created(sync_conn, "hourly")
+    for tick in (start - timedelta(hours=1), start):
+        fired = sync_conn.execute(
+            "SELECT job_id, fired FROM fleetq.fire_schedule('hourly', $1, $2)", [tick, SHA]
+        ).fetchone()
+        assert fired is not None and tuple(fired) == (None, False)
+    assert _jobs(sync_conn) == []
+
+
 @pytest.mark.parametrize(("catch_up", "fired"), [("all", 3), ("last", 1), ("none", 0)])
 async def test_ticks_missed_while_no_runner_of_the_lane_ran(
     driver: Driver,
