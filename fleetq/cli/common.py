@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import math
 import os
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -79,6 +80,29 @@ def job_id_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a positive integer)") from None
     if not 1 <= value <= BIGINT_MAX:
         raise argparse.ArgumentTypeError(f"{text} is not a job id (1 to {BIGINT_MAX})")
+    return value
+
+
+def token_arg(text: str) -> int:
+    """An argparse type: a fencing token (1 .. 2^63-1)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a token (a positive integer)") from None
+    if not 1 <= value <= BIGINT_MAX:
+        raise argparse.ArgumentTypeError(f"{text} is not a token (1 to {BIGINT_MAX})")
+    return value
+
+
+def seconds_arg(text: str) -> float:
+    """An argparse type: a finite, non-negative number of seconds (a --timeout): `nan`,
+    `inf` and `-1` are typing mistakes, never "wait for ever"."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds (0 or more)")
     return value
 
 

@@ -22,6 +22,7 @@ from fleetq.cli.common import (
     job_id_arg,
     positive_arg,
     run,
+    seconds_arg,
 )
 from fleetq.cli.exits import DECISION_EXIT, Exit
 from fleetq.cli.output import emit_json, table
@@ -189,6 +190,7 @@ def _do_submit(args: argparse.Namespace) -> int:
             "nothing new was queued"
         )
     if answer.created:
+        args.interrupted_note = f" after job {answer.job_id} was queued"
         warn_if_nobody_can(args, answer.job_id)
     return 0
 
@@ -384,7 +386,10 @@ def _result(commands: Commands) -> None:
         "then answer: a CI gate's one line",
     )
     p.add_argument(
-        "--timeout", type=float, metavar="S", help="with --wait: give up after S seconds"
+        "--timeout",
+        type=seconds_arg,
+        metavar="S",
+        help="with --wait: give up after S seconds (exit 2, naming the jobs still live)",
     )
     add_json(p)
     p.set_defaults(func=_do_result)
@@ -424,6 +429,12 @@ def _do_result(args: argparse.Namespace) -> int:
             if a.log_tail:
                 print(f"\n── {escape(a.operation)}: the end of its output (job {a.job_id}) ──")
                 print(escape(a.log_tail.rstrip("\n"), one_line=False))
+    if args.wait and live:
+        # --timeout ran out with a job still to decide: the older verdicts beside it
+        # are not what a gate waited for
+        jobs = ", ".join(str(j) for j in live)
+        print(f"fleetq: timed out waiting; job {jobs} has decided nothing yet", file=sys.stderr)
+        return Exit.NOT_YET
     return DECISION_EXIT[decision(answers)]
 
 

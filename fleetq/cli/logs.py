@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from fleetq.cli import wait
-from fleetq.cli.common import Commands, job_id_arg
+from fleetq.cli.common import Commands, job_id_arg, token_arg
 from fleetq.cli.exits import DECISION_EXIT
 from fleetq.core import migrate, output, queries
 from fleetq.core.db import SyncConnection, connect, resolve_dsn
@@ -32,7 +32,7 @@ def register(commands: Commands) -> None:
     )
     p.add_argument("job_id", type=job_id_arg, metavar="JOB")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
-    p.add_argument("--token", type=job_id_arg, metavar="N", help="only the run under token N")
+    p.add_argument("--token", type=token_arg, metavar="N", help="only the run under token N")
     p.add_argument(
         "--exit-status",
         action="store_true",

@@ -54,5 +54,6 @@ def _do_rerun(args: argparse.Namespace) -> int:
     else:
         print(f"job {answer.job_id} already exists for this key (state {answer.state})")
     if answer.created:
+        args.interrupted_note = f" after job {answer.job_id} was queued"
         warn_if_nobody_can(args, answer.job_id)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from fleetq.cli.common import Commands, add_json, job_id_arg
+from fleetq.cli.common import Commands, add_json, job_id_arg, seconds_arg
 from fleetq.cli.exits import DECISION_EXIT
 from fleetq.cli.output import emit_json
 from fleetq.core import migrate, queries, waiting
@@ -28,7 +28,7 @@ def register(commands: Commands) -> None:
     p.add_argument("job_ids", type=job_id_arg, nargs="+", metavar="JOB")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=seconds_arg,
         metavar="S",
         help="give up after S seconds (exit 2, the jobs still live are named); default: "
         "wait as long as it takes",
@@ -55,23 +55,26 @@ def wait_and_judge(
     """Wait for `jobs`, then each one's verdict (or its state, when it decided nothing)."""
     states = waiting.wait_for(conn, jobs, timeout_s=timeout_s)
     rows = conn.execute(queries.sql("watch_verdicts").encode(), [list(states)]).fetchall()
-    verdicts = {int(r[0]): r for r in rows}
+    found = {int(r[0]): r for r in rows}
     answers: list[ResultAnswer] = []
     for job, state in states.items():
-        found = verdicts.get(job)
-        if found is not None and found[1] != "cancelled":
-            status, exit_code, reason = str(found[1]), found[2], found[3]
-        else:
-            status = "cancelled" if state == JobState.CANCELLED else "live"
-            exit_code, reason = None, None if found is None else found[3]
+        if (row := found.get(job)) is None:  # pruned since it ended: nothing to tell
+            answers.append(ResultAnswer(operation="", status="none", job_id=job, job_state=state))
+            continue
+        _, verdict, exit_code, reason, operation, recorded_at, log_tail = row
+        decided = verdict is not None and verdict != "cancelled"
         answers.append(
             ResultAnswer(
-                operation=f"job {job}",
-                status=status,
+                operation=str(operation),
+                status=str(verdict)
+                if decided
+                else ("cancelled" if state == JobState.CANCELLED else "live"),
                 job_id=job,
                 job_state=state,
-                exit_code=exit_code,
+                exit_code=exit_code if decided else None,
                 reason=reason,
+                recorded_at=recorded_at if decided else None,
+                log_tail=str(log_tail) if decided else "",
             )
         )
     return answers
@@ -79,9 +82,10 @@ def wait_and_judge(
 
 def describe(answer: ResultAnswer) -> str:
     """One job's line: its verdict, and why when it did not pass."""
+    label = f"job {answer.job_id}"
     if answer.status == "live":
-        return f"{answer.operation} still {answer.job_state} (not decided)"
-    words = [answer.operation, answer.status]
+        return f"{label} still {answer.job_state} (not decided)"
+    words = [label, answer.status]
     if answer.exit_code is not None and answer.status != "passed":
         words.append(f"(exit {answer.exit_code})")
     line = " ".join(words)

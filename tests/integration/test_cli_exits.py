@@ -291,17 +291,22 @@ def test_ctrl_c_while_the_command_loads_exits_130_without_a_traceback(
     """Ctrl-C in a command's first second (while its modules load) printed a
     KeyboardInterrupt traceback (issue 42, finding 8). Whenever it lands: 130, or the
     signal's own end before Python handles it, and never a traceback."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetq", "--dsn", db_dsn, "jobs"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        proc.wait(timeout=after_s)  # the Ctrl-C lands while it loads, or after it ended
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    for _ in range(5):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fleetq", "--dsn", db_dsn, "jobs"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            proc.wait(timeout=after_s)  # the Ctrl-C lands while it loads, or after it ended
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        # on a loaded machine the signal can land while the interpreter itself starts,
+        # before any of fleetq runs (Python's own "Fatal Python error"): try again
+        if "init_import_site" not in err:
+            break
     assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, err)
     assert "Traceback" not in err, err
 

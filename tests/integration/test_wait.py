@@ -5,6 +5,7 @@ ending notifies only the jobs someone watches), and exit as `fleetq result` does
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -104,6 +105,29 @@ async def test_wait_wakes_when_the_job_ends_and_exits_with_its_verdict(
     assert f"job {claim.job_id} {line}" in capsys.readouterr().out
     watchers = sync_conn.execute(b"SELECT count(*) FROM fleetq.job_watchers").fetchone()
     assert watchers == (0,)  # the waiter watches nothing once it is done
+
+
+async def test_what_a_gate_reads_is_the_job_s_own(
+    driver: Driver, sync_conn: SyncConnection, cli: Cli
+) -> None:
+    """Found trying it as a user (issue 42): `wait --json` named the operation "job N",
+    with no recorded_at or output; `result --wait --timeout` that ran out beside a live
+    rerun answered the older verdict, 0; `--timeout nan` waited for ever, `-1` was taken."""
+    runner = await fleet.runner(driver)
+    claim = await _claimed(driver, runner)
+    await _end(driver, runner, claim, Outcome.SUCCEEDED, exit_code=0, log_tail="all good\n")
+    code, out, _ = cli("wait", str(claim.job_id), "--json")
+    (answer,) = json.loads(out)
+    assert code == 0 and answer["operation"] == "lint" and answer["recorded_at"], answer
+    assert answer["log_tail"] == "all good\n"
+    rerun = await _claimed(driver, runner)  # the same check again, live
+    code, _, err = cli("result", "tools", SHA, "--wait", "--timeout", "0.2")
+    assert code == 2 and f"job {rerun.job_id} has decided nothing yet" in err, err
+    for bad in ("-1", "nan", "inf", "-inf", "soon"):
+        assert cli("wait", str(claim.job_id), "--timeout", bad)[0] == 64, bad
+        assert cli("result", "tools", SHA, "--wait", "--timeout", bad)[0] == 64, bad
+    code, _, err = cli("logs", str(claim.job_id), "--token", "0")
+    assert code == 64 and "is not a token" in err, err
 
 
 async def test_an_ending_nobody_watches_sends_nothing(

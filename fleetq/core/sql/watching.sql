@@ -11,9 +11,10 @@ SELECT job_id, state FROM fleetq.watch_jobs($1::bigint[]);
 SELECT id, state FROM fleetq.jobs WHERE id = ANY ($1::bigint[]);
 
 -- name: watch_verdicts
--- The verdicts of ended jobs (every ending records one), a cancel's reason too.
--- $1 job ids
-SELECT v.job_id, v.verdict, v.exit_code, coalesce(v.reason, j.cancel_reason) AS reason
-FROM fleetq.verdicts v
-JOIN fleetq.jobs j ON j.id = v.job_id
-WHERE v.job_id = ANY ($1::bigint[]);
+-- Each job with its verdict, if it has one (every ending records one), a cancel's reason
+-- too. $1 job ids
+SELECT j.id AS job_id, v.verdict, v.exit_code, coalesce(v.reason, j.cancel_reason) AS reason,
+       j.operation, v.recorded_at, coalesce(v.log_tail, '') AS log_tail
+FROM fleetq.jobs j
+LEFT JOIN fleetq.verdicts v ON v.job_id = j.id
+WHERE j.id = ANY ($1::bigint[]);
