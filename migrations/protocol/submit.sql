@@ -182,8 +182,10 @@ DECLARE
     c record;
     v_old fleetq.jobs%ROWTYPE;
     v_new record;
+    v_by text;
 BEGIN
     SELECT * INTO c FROM fleetq.require(ARRAY['submitter', 'operator']);
+    v_by := CASE WHEN c.kind = 'admin' THEN p_submitted_by ELSE c.subject END;
     SELECT * INTO v_old FROM fleetq.jobs j WHERE j.id = p_job;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown job %', p_job USING ERRCODE = 'FQ004';
@@ -194,11 +196,9 @@ BEGIN
     END IF;
     SELECT * INTO v_new FROM fleetq.submit_unchecked(
         v_old.project, v_old.operation, v_old.commit_sha, v_old.requested_node,
-        p_idempotency_key, v_old.task_id,
-        CASE WHEN c.kind = 'admin' THEN p_submitted_by ELSE c.subject END, v_old.payload);
+        p_idempotency_key, v_old.task_id, v_by, v_old.payload);
     IF v_new.created THEN
-        PERFORM fleetq.log_events('rerun', ARRAY[v_new.job_id], NULL, ARRAY[0::bigint],
-                                  CASE WHEN c.kind = 'admin' THEN p_submitted_by ELSE c.subject END,
+        PERFORM fleetq.log_events('rerun', ARRAY[v_new.job_id], NULL, ARRAY[0::bigint], v_by,
                                   jsonb_build_object('rerun_of', p_job));
     END IF;
     RETURN QUERY SELECT v_new.job_id, v_new.created, v_new.state, v_new.priority_class;
