@@ -17,9 +17,11 @@ def register(commands: Commands) -> None:
         help="windows where two executions of one job ran at once",
         description="Overlap windows from the executions table: which tokens, which runners, "
         "from when to when, and whether the end was confirmed (the process group was seen "
-        "gone, or the run ended with an outcome). An end is 'measured' when the runner dated "
-        "the exit on its own clock; a 'bounded' one is when the end was recorded (say, after "
-        "a partition healed), so the window is at most that long (shown with ≤).",
+        "gone, or the run ended with an outcome). An end is 'measured' when a runner that "
+        "watched the process dated its exit as it happened. Otherwise the older run's end "
+        "was not seen (its runner was killed, frozen or cut off) and is known only to lie "
+        "before it was recorded: the window is possible, at most that long (shown with ≤), "
+        "and may never have happened.",
     )
     o.add_argument("--open", action="store_true", help="only windows still open")
     add_json(o)
@@ -60,7 +62,9 @@ def _end(o: stats.Overlap) -> str:
     if o.open:
         return "open"
     confirmed = "confirmed" if o.end_confirmed else "unconfirmed"
-    return f"{confirmed}, " + ("measured" if o.end_measured else "bounded")
+    if o.end_measured:
+        return f"{confirmed}, measured"
+    return f"{confirmed}; possible, at most this long ({o.unseen()})"
 
 
 def _do_stats(args: argparse.Namespace) -> int:
@@ -72,6 +76,11 @@ def _do_stats(args: argparse.Namespace) -> int:
     print(
         f"duplicate-execution incidents: {figures.duplicate_execution_incidents} "
         f"({figures.open_overlaps} still open)"
+        + (
+            f"; {figures.possible_overlaps} more possible (an end not seen: at most)"
+            if figures.possible_overlaps
+            else ""
+        )
     )
     r = figures.recovery
     delay = f"p50 {r.p50_s:.3f}s, max {r.max_s:.3f}s" if r.p50_s is not None else "none yet"

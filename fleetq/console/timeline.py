@@ -153,17 +153,26 @@ def render(detail: JobDetail, width: int) -> list[Text]:
         lines.append(Text(" " * LABEL + _describe(lane, detail.now), style="dim"))
     for window in detail.overlaps:
         lo, hi = col(window.started_at), col(window.ended_at or detail.now)
-        row = Text(
-            f"overlap t{window.older_token}∥t{window.newer_token}".ljust(LABEL), style="bold red"
-        )
+        label, style = ("overlap", "bold red") if window.happened else ("≤overlap", "yellow")
+        row = Text(f"{label} t{window.older_token}∥t{window.newer_token}".ljust(LABEL), style=style)
         row.append(" " * lo)
-        row.append("░" * (hi - lo + 1), style=f"bold red {OVERLAP_STYLE}")
+        row.append("░" * (hi - lo + 1), style=f"{style} {OVERLAP_STYLE}")
         lines.append(row)
+        pair = f"t{window.older_token}∥t{window.newer_token}"
+        length = duration(window.seconds(detail.now))
+        if not window.happened:
+            # the older run's end was not seen: the window is a bound, maybe none at all
+            lines.append(
+                Text(
+                    f"░ possible overlap {pair}: at most {length} ({window.unseen()})",
+                    style="yellow",
+                )
+            )
+            continue
         state = (
             "open: both may still run"
             if window.open
             else ("end confirmed" if window.end_confirmed else "end NOT confirmed")
-            + ("" if window.end_measured else "; end bounded: at most this long")
         )
         reason = (
             f", t{window.older_token} {window.older_stop_reason}"
@@ -172,8 +181,7 @@ def render(detail: JobDetail, width: int) -> list[Text]:
         )
         lines.append(
             Text(
-                f"░ overlap t{window.older_token}∥t{window.newer_token}: "
-                f"{duration(window.seconds(detail.now))}, {state}{reason}",
+                f"░ overlap {pair}: {length}, {state}{reason}",
                 style="bold red" if window.open or not window.end_confirmed else "bold yellow",
             )
         )

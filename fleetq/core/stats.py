@@ -33,6 +33,24 @@ class Overlap(BaseModel):
         """The window's length (up to `now` while it is open)."""
         return ((self.ended_at or now) - self.started_at).total_seconds()
 
+    @property
+    def happened(self) -> bool:
+        """Whether two runs of the job are known to have run at once: the window is
+        open (both may still run) or its end was measured. A bounded window may never
+        have happened: the older run's end was not seen (its runner was killed, frozen
+        or cut off), and may lie before the newer run's start."""
+        return self.open or self.end_measured
+
+    def unseen(self) -> str:
+        """Why a bounded window's end is only an upper bound, for a person."""
+        why = {
+            "lost": "its runner lost it (restarted, or cut off)",
+            "superseded": "stopped late, after its runner came back",
+            "self_fenced": "its runner fenced it while cut off",
+            "cancelled": "stopped late, after a cancel",
+        }.get(self.older_stop_reason or "", "recorded late")
+        return f"t{self.older_token}'s end not seen: {why}"
+
 
 class QueueWait(BaseModel):
     """Queue wait for one project and priority class."""
@@ -59,8 +77,9 @@ class Stats(BaseModel):
 
     states: dict[str, int]
     queue_wait: list[QueueWait]
-    duplicate_execution_incidents: int
+    duplicate_execution_incidents: int  # windows that happened (open, or measured)
     open_overlaps: int
+    possible_overlaps: int = 0  # bounded windows: at most this long, maybe none at all
     recovery: Recovery
     stale_rejections: int  # zombie writes: the writer's lease had moved on
     self_races: int = 0  # refused writes that raced the writer's own committed outcome
@@ -93,8 +112,9 @@ async def stats(driver: Driver, *, project: str | None = None) -> Stats:
     return Stats(
         states=states,
         queue_wait=waits,
-        duplicate_execution_incidents=len(found),
+        duplicate_execution_incidents=sum(o.happened for o in found),
         open_overlaps=sum(o.open for o in found),
+        possible_overlaps=sum(not o.happened for o in found),
         recovery=Recovery.model_validate(recovery),
         stale_rejections=int(stale["stale_rejections"]),
         self_races=int(stale["self_races"]),

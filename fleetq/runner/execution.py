@@ -90,6 +90,13 @@ class Execution:
     # when its run was seen gone (`time.monotonic()`; see executor.Finished): the writes
     # that end it send it, so the database dates the end on its own clock
     ended_monotonic: float | None = None
+    end_dated: bool = True  # False: seen gone only after the runner stalled (`stalls`)
+
+    @property
+    def end_seen(self) -> float | None:
+        """When its run was seen gone, for the writes that end it: None when not seen, or
+        seen only after a stall (then the database bounds the end by the write)."""
+        return self.ended_monotonic if self.end_dated else None
 
     @property
     def run_id(self) -> uuid.UUID:
@@ -514,6 +521,7 @@ async def _record(
     c = ex.claim
     ex.signal = finished.signal
     ex.ended_monotonic = finished.ended_monotonic  # from now on the self-fence leaves it
+    ex.end_dated = finished.end_dated
     if finished.reason == "stop-unconfirmed":
         ex.stop_unconfirmed = True
     if (resend := ex.start_resend) is not None:
@@ -536,7 +544,7 @@ async def _record(
         log_tail=finished.log_tail,
         prepare_ms=prepare_ms,
         run_ms=finished.run_ms,
-        ended_monotonic=finished.ended_monotonic,
+        ended_monotonic=ex.end_seen,
     )
     try:
         status = await kit.reporter.record(report)
@@ -576,7 +584,7 @@ async def hand_back(ex: Execution, kit: Toolkit, reason: str) -> None:
     log.warning("job=%d token=%d cut off: %s", c.job_id, c.lease_version, reason)
 
     async def write() -> None:
-        await release_counted(kit.driver, kit.runner, c, reason, ended_monotonic=ex.ended_monotonic)
+        await release_counted(kit.driver, kit.runner, c, reason, ended_monotonic=ex.end_seen)
         ex.recorded = True
 
     await persist(f"hand-back of job={c.job_id}", write, kit.stopping)

@@ -34,7 +34,7 @@ from pydantic import ConfigDict
 from fleetq.core.config import LimitsConfig
 from fleetq.core.errors import ConnectionFailed, DatabaseBusy, StaleLease
 from fleetq.core.models import Outcome
-from fleetq.runner import orphans
+from fleetq.runner import orphans, stalls
 from fleetq.runner.jobuser import JobUser
 from fleetq.runner.private import open_private
 
@@ -61,6 +61,9 @@ class Finished:
     # When everything of the run was seen gone (`time.monotonic()`); None when that is not
     # known (a stop SIGKILL did not confirm). The database dates the end from it.
     ended_monotonic: float | None = field(default_factory=time.monotonic)
+    # False: the runner noticed the end only after it stalled (`stalls`): the process may
+    # have ended any time before, so the end is not dated from `ended_monotonic`
+    end_dated: bool = True
 
 
 OnStart = Callable[[int, datetime], Awaitable[None]]
@@ -146,90 +149,96 @@ async def run_command(
         return _launch_failed(log_path, "the command names no program")
     if status_file is not None:
         argv = [sys.executable, "-m", "fleetq.runner.wrap", str(status_file), "--", *argv]
-    started = time.monotonic()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    # 0600: a job under another uid writes it through the descriptor it inherits, and
-    # no other job may read it (issue 41)
-    with open(open_private(log_path), "wb") as log:  # noqa: ASYNC230 - local, opened once
+    # the loop's ticker: an end noticed after the runner stalled (SIGSTOP) is not dated
+    with stalls.watching() as watch:
+        started = time.monotonic()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # 0600: a job under another uid writes it through the descriptor it inherits, and
+        # no other job may read it (issue 41)
+        with open(open_private(log_path), "wb") as log:  # noqa: ASYNC230 - local, opened once
+            try:
+                parent = os.getpid()
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    preexec_fn=_child_setup(None if status_file else parent, limits or Limits()),
+                    cwd=cwd,
+                    env=env,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                    **(user.process_options() if user else {}),  # type: ignore[arg-type]
+                )
+            except OSError as exc:
+                name = errno.errorcode.get(exc.errno or 0, "?")
+                why = f"cannot run {argv[0]}: {exc.strerror} ({name})"
+                log.write(f"fleetq-runner: {why}\n".encode())
+                return Finished(Outcome.FAILED, reason=f"launch failed: {why}", log_tail=why)
         try:
-            parent = os.getpid()
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                preexec_fn=_child_setup(None if status_file else parent, limits or Limits()),
-                cwd=cwd,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-                **(user.process_options() if user else {}),  # type: ignore[arg-type]
+            await on_start(proc.pid, _process_start(proc.pid))
+        except BaseException:
+            # whatever ends supervision here must not leave the run behind, unwatched
+            await terminate_group(proc.pid, grace_s=STOP_GRACE_S)
+            raise
+        waiter = asyncio.ensure_future(proc.wait())
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {waiter, stopper}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
             )
-        except OSError as exc:
-            name = errno.errorcode.get(exc.errno or 0, "?")
-            why = f"cannot run {argv[0]}: {exc.strerror} ({name})"
-            log.write(f"fleetq-runner: {why}\n".encode())
-            return Finished(Outcome.FAILED, reason=f"launch failed: {why}", log_tail=why)
-    try:
-        await on_start(proc.pid, _process_start(proc.pid))
-    except BaseException:
-        # whatever ends supervision here must not leave the run behind, unwatched
-        await terminate_group(proc.pid, grace_s=STOP_GRACE_S)
-        raise
-    waiter = asyncio.ensure_future(proc.wait())
-    stopper = asyncio.ensure_future(stop.wait())
-    try:
-        done, _ = await asyncio.wait(
-            {waiter, stopper}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-    finally:
-        stopper.cancel()
+        finally:
+            stopper.cancel()
 
-    def elapsed() -> int:
-        return int((time.monotonic() - started) * 1000)
+        def elapsed() -> int:
+            return int((time.monotonic() - started) * 1000)
 
-    run_id = env.get("FLEETQ_RUN_ID", "")
-    if waiter in done:
-        await terminate_group(proc.pid, grace_s=0)  # leftovers the command left behind
+        run_id = env.get("FLEETQ_RUN_ID", "")
+        if waiter in done:
+            await terminate_group(proc.pid, grace_s=0)  # leftovers the command left behind
+            await asyncio.to_thread(_end_run, run_id, proc.pid)
+            gone = time.monotonic()
+            dated = watch.dated(gone)
+            finished = _exited(proc.returncode, _tail(log_path), elapsed())
+            limit = (limits or Limits()).reason(finished.signal)
+            if limit is not None:
+                finished = replace(finished, reason=limit)
+            return replace(finished, ended_monotonic=gone, end_dated=dated)
+        timed_out = stopper not in done
+        # the grace is read now: a self-fencing stop asks for a shorter one (see `fencing`)
+        if not await terminate_group(proc.pid, grace_s=stop_grace_s(), deadline_s=STOP_DEADLINE_S):
+            # Something of the group survived SIGKILL (e.g. stuck in uninterruptible I/O): do
+            # not claim it stopped. The runner drains itself so an operator looks.
+            waiter.cancel()
+            return Finished(
+                None,
+                reason="stop-unconfirmed",
+                log_tail=_tail(log_path),
+                run_ms=elapsed(),
+                ended_monotonic=None,
+            )
+        await waiter
         await asyncio.to_thread(_end_run, run_id, proc.pid)
         gone = time.monotonic()
-        finished = _exited(proc.returncode, _tail(log_path), elapsed())
-        limit = (limits or Limits()).reason(finished.signal)
-        if limit is not None:
-            finished = replace(finished, reason=limit)
-        return replace(finished, ended_monotonic=gone)
-    timed_out = stopper not in done
-    # the grace is read now: a self-fencing stop asks for a shorter one (see `fencing`)
-    if not await terminate_group(proc.pid, grace_s=stop_grace_s(), deadline_s=STOP_DEADLINE_S):
-        # Something of the group survived SIGKILL (e.g. stuck in uninterruptible I/O): do
-        # not claim it stopped. The runner drains itself so an operator looks.
-        waiter.cancel()
+        dated = watch.dated(gone)
+        if timed_out:
+            return Finished(
+                Outcome.FAILED,
+                signal=_signal_of(proc.returncode),
+                reason="timeout",
+                log_tail=_tail(log_path),
+                run_ms=elapsed(),
+                ended_monotonic=gone,
+                end_dated=dated,
+            )
         return Finished(
             None,
-            reason="stop-unconfirmed",
-            log_tail=_tail(log_path),
-            run_ms=elapsed(),
-            ended_monotonic=None,
-        )
-    await waiter
-    await asyncio.to_thread(_end_run, run_id, proc.pid)
-    gone = time.monotonic()
-    if timed_out:
-        return Finished(
-            Outcome.FAILED,
             signal=_signal_of(proc.returncode),
-            reason="timeout",
+            reason="stopped",
             log_tail=_tail(log_path),
             run_ms=elapsed(),
             ended_monotonic=gone,
+            end_dated=dated,
         )
-    return Finished(
-        None,
-        signal=_signal_of(proc.returncode),
-        reason="stopped",
-        log_tail=_tail(log_path),
-        run_ms=elapsed(),
-        ended_monotonic=gone,
-    )
 
 
 class Stoppable(Protocol):

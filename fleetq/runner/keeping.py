@@ -212,7 +212,7 @@ class LeaseKeeping(RunnerBase):
                 token=c.lease_version,
                 signal=ex.signal,
                 reason=reason,
-                ended_monotonic=ex.ended_monotonic,
+                ended_monotonic=ex.end_seen,
             )
         except NotFound:
             # Pruned (`fleetq prune`) after it ended under another runner: there is no
@@ -229,7 +229,7 @@ class LeaseKeeping(RunnerBase):
             # back so the job runs again now rather than at expiry.
             # Counted as a reassignment: a job cannot cycle through self-fences for ever.
             await release_counted(
-                self.driver, self.runner, c, "self-fenced", ended_monotonic=ex.ended_monotonic
+                self.driver, self.runner, c, "self-fenced", ended_monotonic=ex.end_seen
             )
 
     async def _drain_self(self, reason: str) -> None:

@@ -434,7 +434,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             ex.request_stop("shutdown")
         if self.tasks or self._superseded:
             await asyncio.wait([*self.tasks.values(), *self._superseded])
-        held = [(ex.claim.job_id, ex.claim.lease_version, ex.ended_monotonic) for ex in leftovers]
+        held = [(ex.claim.job_id, ex.claim.lease_version, ex.end_seen) for ex in leftovers]
         if not self.displaced:
             held += await self._held_but_not_here({job for job, _, _ in held})
         await self._release_all(held)

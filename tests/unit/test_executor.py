@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from fleetq.core.errors import StaleLease
 from fleetq.core.models import Outcome
-from fleetq.runner import executor
+from fleetq.runner import executor, stalls
 
 
 class Stop:
@@ -301,3 +302,29 @@ async def test_a_job_s_log_is_the_runner_s_alone(tmp_path: Path) -> None:
         assert log.stat().st_mode & 0o777 == 0o600
     finally:
         os.umask(old)
+
+
+async def test_an_exit_noticed_after_the_runner_stalled_is_not_dated(tmp_path: Path) -> None:
+    """Issue 48: a runner frozen (SIGSTOP) while its job exits notices the exit only when
+    it runs again; that moment is an upper bound, not a measurement. Here the loop is
+    blocked past the exit, as a freeze would block it."""
+
+    async def frozen(_pid: int, _at: datetime) -> None:
+        time.sleep(2 * stalls.STALL_S)  # the fault: the loop does not run
+
+    finished = await executor.run_command(
+        "true",
+        cwd=tmp_path,
+        env=executor.job_environment({"FLEETQ_RUN_ID": "r-stall"}),
+        timeout_s=30,
+        log_path=tmp_path / "logs" / "job.log",
+        on_start=frozen,
+        stop=asyncio.Event(),
+    )
+    assert finished.outcome == Outcome.SUCCEEDED
+    assert finished.ended_monotonic is not None and not finished.end_dated
+
+
+async def test_an_exit_noticed_as_it_happens_is_dated(tmp_path: Path) -> None:
+    finished, _ = await _run("sleep 0.3", tmp_path)
+    assert finished.outcome == Outcome.SUCCEEDED and finished.end_dated

@@ -37,8 +37,12 @@ def ending(window: Overlap) -> Text:
     """Open, or how the window closed and how sure its end is."""
     if window.open:
         return Text("OPEN: both may still run", style="bold red")
+    if not window.end_measured:
+        text = Text("possible, at most this long: ", style="yellow")
+        text.append(plain(window.unseen()))
+        return text
     text = Text("end confirmed" if window.end_confirmed else "end recorded")
-    text.append(", measured" if window.end_measured else ", bounded (at most this long)")
+    text.append(", measured")
     if window.older_stop_reason:
         text.append(f"; t{window.older_token} ")
         text.append(plain(window.older_stop_reason))
@@ -69,9 +73,12 @@ class OverlapsView(Vertical):
         """Put the windows on screen, newest first."""
         self.windows = windows
         still = sum(w.open for w in windows)
-        status = Text(f"{len(windows)} overlap window(s)")
+        possible = sum(not w.happened for w in windows)
+        status = Text(f"{len(windows) - possible} overlap window(s)")
         if still:
             status.append(f", {still} still open", style="bold red")
+        if possible:
+            status.append(f", {possible} possible (an end not seen: at most)", style="yellow")
         if not windows:
             status = Text("no two executions of one job have ever run at once", style="green")
         else:
