@@ -47,6 +47,8 @@ class RunnerBase:
     offline_after_seconds: int
     exit_code: int
     displaced: bool
+    # leases of this runner id the start-up collection left to a holder that may live
+    inherited: set[tuple[JobId, FencingToken]]
     schedule_checks: MinuteChecks
     reap_due: float  # loop time a retry falls due, which a reaper pass must not miss
     reap_wake: asyncio.Event  # set when reap_due moved sooner

@@ -13,7 +13,15 @@ With `--orphans adopt`, job processes outlive their runner instead, and a live l
 whose journal entry matches exactly one running process (pid, start time, run id) is
 adopted: its start report is sent if it was lost, and it is followed to its outcome.
 Anything ambiguous is refused with an `adoption_refused` event and left to lease
-expiry. See docs/recovery.md.
+expiry.
+
+All of this presumes that whoever held these leases is dead. The journal proves it for a
+run it names (launched by a process of this directory, and this process holds the
+directory's lock: `pidfile`), and so does the pid file naming an earlier process of
+this runner here. Otherwise (a fresh directory; a runner of this id elsewhere whose
+database session ended while it lives on) a lease is left alone, `left`: its holder
+finishes or hands it back, or it expires and the reaper requeues it. A live process's
+healthy run is never reported lost. See docs/recovery.md.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ class Collected:
     superseded_closed: int = 0
     refused: int = 0
     adopted: list[Entry] = field(default_factory=list)
+    # leases whose holder nothing proves dead: not this pass's to settle
+    left: list[tuple[JobId, FencingToken]] = field(default_factory=list)
 
 
 def identify(entry: Entry) -> tuple[str, dict[str, object]]:
@@ -98,9 +108,16 @@ def _leads_group(pid: int) -> bool:
 
 
 async def collect(
-    driver: Driver, runner: RunnerId, journal: Journal, *, adopt: bool = False
+    driver: Driver,
+    runner: RunnerId,
+    journal: Journal,
+    *,
+    adopt: bool = False,
+    holder_gone: bool = True,
 ) -> Collected:
-    """Settle what this runner holds after a restart; returns what it did."""
+    """Settle what this runner holds after a restart; returns what it did. `holder_gone`:
+    the process that held this runner's leases is known to be dead (an earlier process
+    of this runner in this directory); without it only runs the journal names are."""
     done = Collected()
     entries = journal.open_entries()
     swept: set[tuple[int, int]] = set()  # entries whose run was killed already
@@ -108,6 +125,9 @@ async def collect(
     for row in await driver.fetch(queries.sql("lease_held_by"), runner):
         job, token = JobId(row["job_id"]), FencingToken(row["lease_version"])
         entry = entries.get((job, token))
+        if entry is None and not holder_gone:
+            done.left.append((job, token))  # its holder may live: not reported, not swept
+            continue
         if adopt and entry is not None and row["state"] != "cancelled":
             verdict, evidence = await asyncio.to_thread(identify, entry)
             if verdict == "adopt":
@@ -150,8 +170,9 @@ async def collect(
         done.lost += 1
     adopted = {(e.job_id, e.token) for e in done.adopted}
     for row in await driver.fetch(queries.sql("lease_open_executions"), runner):
-        if (row["job_id"], row["lease_version"]) in adopted:
-            continue
+        key = (row["job_id"], row["lease_version"])
+        if key in adopted or not (holder_gone or key in entries):
+            continue  # a run of a holder that may live is its own to close
         if row["run_id"] is not None:  # a handler's run has none: no process of its own
             await asyncio.to_thread(orphans.kill_run, str(row["run_id"]))
         await leasing.confirm_stop(

@@ -245,15 +245,21 @@ class LeaseKeeping(RunnerBase):
         """The periodic collection pass: what the database says this runner holds but
         nothing here runs (say, a claim whose reply was lost for good) is settled now
         rather than at lease expiry. Claims younger than a lease are left alone: their
-        answer may still be on its way to the claim loop."""
+        answer may still be on its way to the claim loop; so are leases start-up left to
+        a holder that may live (`inherited`), for as long as this runner id holds them."""
         if self.displaced:
             return
         await self._close_unrun_executions()
-        for row in await self.driver.fetch(queries.sql("lease_held_by"), self.runner):
-            job = JobId(row["job_id"])
-            if job in self.executions or (row["held_s"] or 0) < self.lease_seconds:
+        rows = await self.driver.fetch(queries.sql("lease_held_by"), self.runner)
+        self.inherited &= {(r["job_id"], r["lease_version"]) for r in rows}
+        for row in rows:
+            job, token = JobId(row["job_id"]), FencingToken(row["lease_version"])
+            if (
+                job in self.executions
+                or (job, token) in self.inherited
+                or (row["held_s"] or 0) < self.lease_seconds
+            ):
                 continue
-            token = FencingToken(row["lease_version"])
             if row["state"] == "cancelled":
                 await self._stop_unrun(job, token, "cancelled")
                 continue

@@ -48,7 +48,7 @@ from fleetq.core.models import (
     StartReport,
     Unusable,
 )
-from fleetq.runner import executor, identity, loops, metrics, orphans
+from fleetq.runner import executor, identity, loops, metrics, orphans, pidfile
 from fleetq.runner.base import log
 from fleetq.runner.claiming import Claiming
 from fleetq.runner.collection import collect
@@ -132,6 +132,8 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         # another process took this runner id over (our LISTEN session was gone for a
         # while): its leases are not ours to report lost, release or mark offline
         self.displaced = False
+        self.inherited: set[tuple[JobId, FencingToken]] = set()
+        self.holder_gone = True  # set by run(): see pidfile
         self.schedule_checks = schedules.MinuteChecks()  # when it next looks for due ticks
         self.reap_due = math.inf
         self.reap_wake = asyncio.Event()
@@ -158,7 +160,16 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         self._wake_all()
 
     async def run(self, dsn: str) -> int:
-        """Serve until shut down; returns the process exit status."""
+        """Serve until shut down; returns the process exit status. Refused
+        (`RunnerIdInUse`) while another process lives in this runner's directory."""
+        directory = pidfile.take(self.config.directory(), self.runner)
+        self.holder_gone = directory.predecessor is not None
+        try:
+            return await self._serve(dsn)
+        finally:
+            directory.release()
+
+    async def _serve(self, dsn: str) -> int:
         if not orphans.become_subreaper():
             log.warning(
                 "could not become a child subreaper: orphaned job processes would "
@@ -310,7 +321,24 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         return progress.listener
 
     async def _collect(self) -> None:
-        collected = await collect(self.driver, self.runner, self.kit.journal, adopt=self.kit.adopt)
+        collected = await collect(
+            self.driver,
+            self.runner,
+            self.kit.journal,
+            adopt=self.kit.adopt,
+            holder_gone=self.holder_gone,
+        )
+        for job, token in collected.left:
+            if (job, token) not in self.inherited:
+                log.warning(
+                    "job=%d token=%d is held by this runner id, and nothing shows its holder "
+                    "dead (no earlier process of this runner in %s): left to it, or to its "
+                    "lease's expiry",
+                    job,
+                    token,
+                    self.config.directory(),
+                )
+        self.inherited = set(collected.left)
         for entry in collected.adopted:
             if entry.job_id not in self.executions:  # not adopted by an earlier try
                 await self._adopt(entry)
@@ -467,7 +495,9 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         return [
             (JobId(r["job_id"]), FencingToken(r["lease_version"]), None)
             for r in rows
-            if r["state"] in ("claimed", "running") and r["job_id"] not in known
+            if r["state"] in ("claimed", "running")
+            and r["job_id"] not in known
+            and (r["job_id"], r["lease_version"]) not in self.inherited
         ]
 
     async def _release_all(self, held: list[tuple[JobId, FencingToken, float | None]]) -> None:
