@@ -193,7 +193,12 @@ def _faults(fleet: FaultFleet) -> None:
     and started only once another runner runs one of its jobs; runner 2 is cut off."""
     node = fleet.runners[0].node
     fleet.runners[0].proxy.degrade(lose_replies=0.05)
-    wait_until(lambda: bool(_launched_by(fleet, node)), what=f"{node} to run a job")
+    wait_until(
+        lambda: bool(_launched_by(fleet, node)),
+        what=f"{node} to run a job",
+        deadline_s=90,
+        show=lambda: fleet.runners[0].output()[-4000:],
+    )
     fleet.kill9(0)
     fleet.start(0)
     wait_until(lambda: fleet.serving(0), what="the killed runner to serve again")
