@@ -28,7 +28,7 @@ from fleetq.core import leasing
 from fleetq.core.driver import Driver
 from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, StartReport
-from fleetq.runner import executor, handover, metrics, orphans, tracing
+from fleetq.runner import executor, gate, handover, metrics, orphans, tracing
 from fleetq.runner.context import JobContext
 from fleetq.runner.jobuser import JobUser, JobUsers
 from fleetq.runner.journal import Journal
@@ -272,6 +272,34 @@ async def _run_command(
         )
         kit.staging.discard(tree)
         return
+    opened = await gate.enter(kit.pool, kit.runner, claim)
+    if isinstance(opened, str):
+        # the database says no, though this runner has not heard why yet (a cancel whose
+        # notification was lost): nothing runs, and the stop is confirmed as usual
+        log.info("not launching job=%d token=%d: %s", claim.job_id, claim.lease_version, opened)
+        ex.request_stop(opened)
+        kit.staging.discard(tree)
+        return
+    try:
+        await _launch(ex, kit, op, trace, (tree, name, user, user_env), prepare_ms, opened)
+    finally:
+        if opened is not None:
+            await opened.close(commit=False)  # nothing launched: no start to commit
+
+
+async def _launch(
+    ex: Execution,
+    kit: Toolkit,
+    op: Operation,
+    trace: tracing.JobTrace,
+    staged: tuple[Path, str, JobUser | None, dict[str, str]],
+    prepare_ms: int,
+    opened: gate.Gate | None,
+) -> None:
+    """Launch a staged command (tree, run name, job user and its environment), follow it
+    and record its outcome; its start report goes through the launch gate, when open."""
+    claim = ex.claim
+    tree, name, user, user_env = staged
     kit.journal.launching(claim.job_id, claim.lease_version, str(ex.run_id), str(tree))
     status_file = kit.logs / f"{name}.status" if kit.adopt else None
     log_path = kit.logs / f"{name}.log"
@@ -286,7 +314,7 @@ async def _run_command(
                 env=executor.job_environment(_job_env(ex, kit) | user_env),
                 timeout_s=op.timeout_s,
                 log_path=log_path,
-                on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms),
+                on_start=lambda pid, at: _report_start(ex, kit, pid, at, prepare_ms, opened),
                 stop=ex.stop,
                 status_file=status_file,
                 stop_grace_s=lambda: ex.stop_grace_s,
@@ -402,12 +430,16 @@ def _job_env(ex: Execution, kit: Toolkit) -> dict[str, str]:
     return env
 
 
-async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_ms: int) -> None:
+async def _report_start(
+    ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_ms: int, opened: gate.Gate | None
+) -> None:
     ex.pid = pid
     kit.journal.launched(
         ex.claim.job_id, ex.claim.lease_version, pid, at.timestamp(), orphans.birth(pid)
     )
     if os.environ.get("FLEETQ_TEST_HOLD_START_REPORT"):
+        if opened is not None:
+            await opened.close(commit=False)
         return  # test hook: the start report "never reaches" the database
     start = StartReport(
         job_id=ex.claim.job_id,
@@ -419,7 +451,13 @@ async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_
         prepare_ms=prepare_ms,
     )
     try:
-        await _send_start(ex, kit, start, ended=None)
+        if opened is None:
+            await _send_start(ex, kit, start, ended=None)
+        else:  # in the gate's transaction, which holds the job's row until it commits
+            try:
+                await _send_start(ex, kit, start, ended=None, driver=opened.driver)
+            finally:
+                await opened.close(commit=True)
     except FleetqError as exc:
         # The lease is still ours until it expires, and the heartbeat will tell; the run
         # stays supervised. A transient failure is sent again until it lands; a restarted
@@ -435,13 +473,18 @@ async def _report_start(ex: Execution, kit: Toolkit, pid: int, at: Any, prepare_
 
 
 async def _send_start(
-    ex: Execution, kit: Toolkit, start: StartReport, *, ended: asyncio.Event | None
+    ex: Execution,
+    kit: Toolkit,
+    start: StartReport,
+    *,
+    ended: asyncio.Event | None,
+    driver: Driver | None = None,
 ) -> None:
     """One start report. A stale lease stops a run that still runs (another holder has
     the job); a run that has ended by the answer (`ended` set) has nothing to stop, and
     its end's own write meets the same fence."""
     try:
-        await leasing.report_start(kit.driver, runner=kit.runner, start=start)
+        await leasing.report_start(driver or kit.driver, runner=kit.runner, start=start)
     except StaleLease:
         metrics.STALE.labels("start", "zombie").inc()
         if ended is not None and ended.is_set():
