@@ -310,7 +310,7 @@ async def test_an_exit_noticed_after_the_runner_stalled_is_not_dated(tmp_path: P
     blocked past the exit, as a freeze would block it."""
 
     async def frozen(_pid: int, _at: datetime) -> None:
-        time.sleep(2 * stalls.STALL_S)  # the fault: the loop does not run
+        time.sleep(2 * stalls.STALL_S)  # noqa: ASYNC251 - the fault: the loop does not run
 
     finished = await executor.run_command(
         "true",
