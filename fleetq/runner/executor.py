@@ -204,6 +204,7 @@ async def run_command(
                 finished = replace(finished, reason=limit)
             return replace(finished, ended_monotonic=gone, end_dated=dated)
         timed_out = stopper not in done
+        stop_sent = time.monotonic()
         # the grace is read now: a self-fencing stop asks for a shorter one (see `fencing`)
         if not await terminate_group(proc.pid, grace_s=stop_grace_s(), deadline_s=STOP_DEADLINE_S):
             # Something of the group survived SIGKILL (e.g. stuck in uninterruptible I/O): do
@@ -219,7 +220,9 @@ async def run_command(
         await waiter
         await asyncio.to_thread(_end_run, run_id, proc.pid)
         gone = time.monotonic()
-        dated = watch.dated(gone)
+        # killed by the stop: it ended after the stop was sent, whatever stalled before
+        by_the_stop = proc.returncode is not None and proc.returncode < 0
+        dated = watch.dated_after(stop_sent, gone) if by_the_stop else watch.dated(gone)
         if timed_out:
             return Finished(
                 Outcome.FAILED,

@@ -45,6 +45,12 @@ class LoopWatch:
         not, the end may lie anywhere in the stall, and `at` is only an upper bound."""
         return at - self.last <= STALL_S and at - self.stall_ended > STALL_S
 
+    def dated_after(self, sent: float, at: float) -> bool:
+        """Whether an end the runner caused by a stop it sent at `sent` and noticed at
+        `at` is dated by `at`: the loop has not stalled since it sent the stop (a stall
+        before that cannot hide an end that came after it)."""
+        return at - self.last <= STALL_S and self.stall_ended < sent
+
 
 _WATCHES: dict[asyncio.AbstractEventLoop, LoopWatch] = {}
 

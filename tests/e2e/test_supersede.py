@@ -30,7 +30,9 @@ def test_sigstop_past_the_lease_is_superseded_and_the_overlap_measured(
 ) -> None:
     with connect(fleet_dsn, autocommit=True) as conn:
         conn.execute("UPDATE fleetq.settings SET value = '2' WHERE name = 'lease_seconds'")
-        conn.execute("UPDATE fleetq.operations SET command = 'sleep 4' WHERE name = 'sleep'")
+        # long enough to outlive a's freeze: a stops it when it thaws, and dates that end
+        # (a run that ended during the freeze has an end a did not see: bounded)
+        conn.execute("UPDATE fleetq.operations SET command = 'sleep 10' WHERE name = 'sleep'")
         job = _submit(conn, "sleep", repo.head)
         a = start_runner("node-a")
         wait_until(lambda: job_state(conn, job) == "running", what="runner a to start the job")

@@ -328,3 +328,32 @@ async def test_an_exit_noticed_after_the_runner_stalled_is_not_dated(tmp_path: P
 async def test_an_exit_noticed_as_it_happens_is_dated(tmp_path: Path) -> None:
     finished, _ = await _run("sleep 0.3", tmp_path)
     assert finished.outcome == Outcome.SUCCEEDED and finished.end_dated
+
+
+async def test_a_run_stopped_after_a_stall_has_its_end_dated(tmp_path: Path) -> None:
+    """A runner that thaws and then stops its run caused the end itself, after the stall:
+    that end is dated (the overlap it closes is measured)."""
+
+    async def frozen(_pid: int, _at: datetime) -> None:
+        time.sleep(2 * stalls.STALL_S)  # noqa: ASYNC251 - the fault: the loop does not run
+
+    stop = asyncio.Event()
+    run = asyncio.create_task(
+        executor.run_command(
+            "sleep 30",
+            cwd=tmp_path,
+            env=executor.job_environment({"FLEETQ_RUN_ID": "r-stall-stop"}),
+            timeout_s=60,
+            log_path=tmp_path / "logs" / "job.log",
+            on_start=frozen,
+            stop=stop,
+        )
+    )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while (w := stalls._WATCHES.get(loop)) is None or w.stall_ended == -math.inf:
+        assert loop.time() < deadline, "the watch never saw the stall"
+        await asyncio.sleep(0.01)
+    stop.set()  # after the stall: the end that follows is the stop's
+    finished = await run
+    assert finished.outcome is None and finished.signal is not None and finished.end_dated
