@@ -205,6 +205,9 @@ async def run_command(
             return replace(finished, ended_monotonic=gone, end_dated=dated)
         timed_out = stopper not in done
         stop_sent = time.monotonic()
+        # still running as the stop goes out (not a zombie that exited during a freeze):
+        # its end then comes after the stop, whatever stalled before
+        running = _running(proc.pid)
         # the grace is read now: a self-fencing stop asks for a shorter one (see `fencing`)
         if not await terminate_group(proc.pid, grace_s=stop_grace_s(), deadline_s=STOP_DEADLINE_S):
             # Something of the group survived SIGKILL (e.g. stuck in uninterruptible I/O): do
@@ -220,9 +223,7 @@ async def run_command(
         await waiter
         await asyncio.to_thread(_end_run, run_id, proc.pid)
         gone = time.monotonic()
-        # killed by the stop: it ended after the stop was sent, whatever stalled before
-        by_the_stop = proc.returncode is not None and proc.returncode < 0
-        dated = watch.dated_after(stop_sent, gone) if by_the_stop else watch.dated(gone)
+        dated = watch.dated_after(stop_sent, gone) if running else watch.dated(gone)
         if timed_out:
             return Finished(
                 Outcome.FAILED,
@@ -242,6 +243,14 @@ async def run_command(
             ended_monotonic=gone,
             end_dated=dated,
         )
+
+
+def _running(pid: int) -> bool:
+    """Whether the process runs (is neither gone nor a zombie waiting to be reaped)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 class Stoppable(Protocol):

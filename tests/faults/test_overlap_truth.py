@@ -41,9 +41,13 @@ pytestmark = [
     ),
 ]
 
-WORK_S = 4.0  # as long as the lease: a frozen or cut-off runner's run outlives it
-JOBS = 40
-PACE_S = 0.25  # jobs keep coming while the faults go on
+# three times the lease: a run outlives its runner's freeze (expiry, reap, a new claim
+# and its launch), so the frozen runner stops it when it thaws: the overlap happens
+WORK_S = 12.0
+JOBS = 16
+# jobs keep coming while the faults go on, with room to spare: a job taken from a frozen
+# runner must find a free slot at once, not wait for one behind the queue
+PACE_S = 2.0
 TOLERANCE_S = 0.5  # a measured window against the records
 
 
@@ -172,14 +176,14 @@ def _runs_elsewhere(fleet: FaultFleet, i: int, held: list[int]) -> bool:
 
 def _cut_off(fleet: FaultFleet, i: int, cut: Callable[[], None], mend: Callable[[], None]) -> None:
     """Cut runner `i` off while it runs a job, until another runner runs one of its jobs
-    (or 10 s pass: its jobs may all have ended first), then mend it."""
+    (or 20 s pass: its jobs may all have ended first), then mend it."""
     node = fleet.runners[i].node
     wait_until(lambda: bool(_launched_by(fleet, node)), what=f"{node} to run a job")
     held = _launched_by(fleet, node)
     cut()
     try:
         wait_until(
-            lambda: _runs_elsewhere(fleet, i, held), what="a job run elsewhere", deadline_s=10
+            lambda: _runs_elsewhere(fleet, i, held), what="a job run elsewhere", deadline_s=20
         )
     except AssertionError:
         pass  # its jobs ended first: the fault happened, with nothing to take over
