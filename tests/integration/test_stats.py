@@ -50,15 +50,20 @@ async def test_overlap_windows(driver: Driver, sync_conn: SyncConnection) -> Non
     killed = factories.job(sync_conn, state="succeeded")
     _execution(sync_conn, killed, 1, a, "0 s", "30 s", confirmed=True)
     _execution(sync_conn, killed, 2, b, "20 s", "25 s", exit_code=0, measured=True)
+    # the older run's end is measured and comes first, but the newer run was killed with
+    # its runner (bounded end, recorded later): it may have died before the older ended
+    newer_killed = factories.job(sync_conn, state="succeeded")
+    _execution(sync_conn, newer_killed, 1, a, "0 s", "25 s", confirmed=True, measured=True)
+    _execution(sync_conn, newer_killed, 2, b, "20 s", "40 s", confirmed=True)
     apart = factories.job(sync_conn, state="succeeded")
     _execution(sync_conn, apart, 1, a, "0 s", "10 s", confirmed=True)
     _execution(sync_conn, apart, 2, b, "10 s", "20 s", exit_code=0)  # touching is not overlap
 
     found: dict[int, stats.Overlap] = {o.job_id: o for o in await stats.overlaps(driver)}
-    assert set(found) == {closed, still_open, measured, killed}
+    assert set(found) == {closed, still_open, measured, killed, newer_killed}
     # an end recorded late (say, after a partition) only bounds the window from above
     assert not found[closed].end_measured and found[measured].end_measured
-    assert not found[killed].end_measured
+    assert not found[killed].end_measured and not found[newer_killed].end_measured
     window = found[closed]
     assert (window.older_token, window.newer_token, window.open, window.end_confirmed) == (
         1,
@@ -78,7 +83,7 @@ async def test_overlap_windows(driver: Driver, sync_conn: SyncConnection) -> Non
         figures.duplicate_execution_incidents,
         figures.open_overlaps,
         figures.possible_overlaps,
-    ) == (2, 1, 2)
+    ) == (2, 1, 3)
 
 
 async def test_stats_for_one_project(driver: Driver, sync_conn: SyncConnection) -> None:

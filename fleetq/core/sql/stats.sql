@@ -7,10 +7,11 @@
 -- An execution lives from its launch (the runner's report of the process start) until
 -- its end was recorded; an open end means it may still run. The window's end is
 -- "confirmed" when the execution that ends it has a recorded end: an outcome, or a stop
--- the runner confirmed (process group gone); "measured" when that end was dated from
--- the runner's own clock of the exit, and so was the older execution's end if it has
--- one (a bounded older end, e.g. a killed runner's run closed by its successor's
--- collection, may really lie before the newer launch: then there was no overlap at all).
+-- the runner confirmed (process group gone); "measured" when both ends are: the one
+-- recorded first was dated from the runner's own clock of the exit, and the other is
+-- open or measured too. A bounded end (a killed runner's run closed by its successor's
+-- collection, say) is only an upper bound: it may really lie before the other end, or
+-- before the other run's launch, and then there was a shorter overlap or none at all.
 -- Otherwise the window's length is only an upper bound.
 -- $1 only windows still open, $2 one job (NULL: every job), $3 one project (NULL: all)
 SELECT a.job_id,
@@ -26,7 +27,8 @@ SELECT a.job_id,
                  THEN a.stop_confirmed OR a.exit_code IS NOT NULL
             ELSE b.stop_confirmed OR b.exit_code IS NOT NULL END AS end_confirmed,
        CASE WHEN a.ended_at IS NULL AND b.ended_at IS NULL THEN false
-            WHEN b.ended_at IS NULL OR a.ended_at <= b.ended_at THEN a.end_measured
+            WHEN b.ended_at IS NULL OR a.ended_at <= b.ended_at
+                 THEN a.end_measured AND (b.ended_at IS NULL OR b.end_measured)
             ELSE b.end_measured AND (a.ended_at IS NULL OR a.end_measured) END AS end_measured,
        a.stop_reason AS older_stop_reason
 FROM fleetq.all_executions a
