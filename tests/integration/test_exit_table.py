@@ -53,9 +53,6 @@ ELSEWHERE = {
     "demo": "its own database and runners (tests/e2e/test_demo.py)",
     "server": "the embedded server, no DSN (tests/integration/test_embedded.py)",
     "api": "a server process (tests/integration/test_api.py)",
-    "bench": "a scratch database (tests/e2e/test_bench.py)",
-    "bench-scale": "a scratch database (tests/e2e/test_bench.py)",
-    "bench-checks": "a scratch database (tests/e2e/test_bench.py)",
 }
 # what a reader login may not do: every verb that writes (77)
 WRITES = (

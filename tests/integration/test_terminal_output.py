@@ -190,9 +190,6 @@ EXEMPT: dict[str, str] = {
     "server status": "the embedded server's home, pid and DSN: no database row",
     "server start": "the embedded server's home, pid and DSN: no database row",
     "server stop": "one line saying whether it stopped",
-    "bench": "builds its own databases and prints figures",
-    "bench-scale": "builds its own databases and prints figures",
-    "bench-checks": "builds its own databases and prints figures",
     "api": "serves HTTP until stopped; prints its listen address (the API answers JSON)",
 }
 

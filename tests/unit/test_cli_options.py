@@ -96,7 +96,7 @@ def test_a_command_loads_only_its_own_module() -> None:
     probe = (
         "import sys; from fleetq.cli.main import parse; parse(['result', 'p', '0' * 40]); "
         "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('fastapi', 'uvicorn', 'textual') or m.startswith(('fleetq.bench', 'fleetq.api', "
+        "('fastapi', 'uvicorn', 'textual') or m.startswith(('fleetq_bench', 'fleetq.api', "
         "'fleetq.console', 'fleetq.runner', 'fleetq.demo')))))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

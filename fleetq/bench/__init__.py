@@ -1,2 +1,0 @@
-"""Benchmarks that anyone can rerun: fleetq side by side with its peers, a simulated
-fleet's scale, and check jobs' overheads. `fleetq bench` is their command line."""
