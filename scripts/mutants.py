@@ -12,6 +12,10 @@ else FLEETQ_TEST_DSN, else an embedded server started for the run. A mutant is *
 when a test fails (not merely errors: a mutant that breaks the SQL's syntax proves
 nothing). Mutants run `--jobs` at a time (default 2). Exit status 1 if any mutant
 survived or could not be judged, so CI fails.
+
+First it says how many of the protocol's guards a mutant covers (scripts/guards.py: each
+IF that refuses, each WHERE of a write, each clock read and lock) and, on a full run,
+fails on a guard that neither a mutant covers nor scripts/guards.toml lists.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from pydantic import BaseModel, ConfigDict
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import guards  # noqa: E402  (scripts/guards.py)
+
 from tests.conftest import embedded_server  # noqa: E402
 
 LIST = ROOT / "scripts" / "mutants.toml"
@@ -42,6 +48,7 @@ LIST = ROOT / "scripts" / "mutants.toml"
 # before the first failure); the state machine, the slowest, last.
 TESTS = (
     "tests/integration/test_database_clock.py",
+    "tests/integration/test_guards_refusals.py",
     "tests/integration/test_claim_writes.py",
     "tests/integration/test_query_plans.py",
     "tests/integration/test_leases.py",
@@ -201,6 +208,11 @@ def main() -> int:
         if unknown:
             parser.error(f"no such mutant: {', '.join(sorted(unknown))}")
         mutants = [m for m in mutants if m.name in args.only]
+    coverage = guards.check()
+    print(guards.summary(coverage), flush=True)
+    if not args.only and not coverage.ok:
+        print("a guard has no mutant: add one, or list it in scripts/guards.toml (why)")
+        return 1
     with tempfile.TemporaryDirectory() as check:  # every mutant still applies
         shutil.copytree(ROOT / "migrations" / "protocol", Path(check) / "p")
         for m in mutants:
