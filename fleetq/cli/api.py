@@ -6,7 +6,7 @@ import argparse
 import socket
 
 from fleetq.cli.common import Commands, positive_arg
-from fleetq.core import migrate
+from fleetq.core import extras, migrate
 from fleetq.core.db import connect, resolve_dsn
 from fleetq.core.errors import InvalidInput
 
@@ -85,6 +85,7 @@ def listening_socket(host: str, port: int, shown: str) -> socket.socket:
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
+    extras.require("api", "fleetq api")
     import uvicorn  # the ASGI server loads only for this command
 
     from fleetq.api.app import create_app

