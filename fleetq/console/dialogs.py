@@ -3,18 +3,20 @@ the `:` command line."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, DataTable, Input, Static
 
 from fleetq.console.text import plain
+from fleetq.console.typeahead import focus_now
 
 DIALOG_CSS = """
 DIALOG { align: center middle; }
@@ -62,10 +64,10 @@ class Confirm(ModalScreen[bool]):
             )
             with Horizontal(classes="buttons"):
                 yield Button("Yes", id="yes", variant="error")
-                yield Button("No", id="no", variant="primary")
+                yield Button(Text("[ No ]"), id="no", variant="primary")
 
     def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
+        focus_now(self.query_one("#no", Button))
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
@@ -75,11 +77,66 @@ class Confirm(ModalScreen[bool]):
         self.dismiss(event.button.id == "yes")
 
 
-class DrainForm(ModalScreen[str | None]):
+class Asking(ModalScreen[str | None]):
+    """A destructive action that records a reason (drain, pause a schedule).
+
+    Focus starts on No and a bare Enter presses it: nothing happens without an explicit
+    choice. What is typed while a button has focus goes into the reason field; Enter in
+    the field moves to the action's button, and Enter there acts (Tab moves too)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "No", priority=True),
+        Binding("left,right", "app.focus_next", "Other button", show=False),
+    ]
+    required = False  # an empty reason is refused (else a default is recorded)
+    default_reason = ""
+
+    def on_mount(self) -> None:
+        focus_now(self.query_one("#no", Button))
+        self.app.release_keys()  # type: ignore[attr-defined]
+
+    def on_key(self, event: events.Key) -> None:
+        """A printable key that reached the screen was not typed into the reason (the
+        field keeps its own): a button had focus. It goes into the reason, and so does
+        the keyboard."""
+        if event.is_printable and event.character:
+            box = self.query_one("#reason", Input)
+            box.insert_text_at_cursor(event.character)
+            focus_now(box)
+            event.stop()
+            event.prevent_default()
+
+    def _reason(self) -> str | None:
+        reason = self.query_one("#reason", Input).value.strip()
+        if self.required and not reason:
+            self.notify("a reason is required", severity="warning")
+            focus_now(self.query_one("#reason", Input))
+            return None
+        return reason or self.default_reason
+
+    @on(Input.Submitted, "#reason")
+    def _submitted(self) -> None:
+        focus_now(self.query_one("#yes", Button))  # one more, explicit Enter acts
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        if event.button.id != "yes":
+            self.dismiss(None)
+        elif (reason := self._reason()) is not None:
+            self.dismiss(reason)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+KEYS_LINE = "type the reason · Enter in it: to the {verb} button · Enter there: {verb} · Esc: no"
+
+
+class DrainForm(Asking):
     """Drain a runner: the reason to record, and what happens to each affected job."""
 
     DEFAULT_CSS = _css("DrainForm")
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "No", priority=True)]
+    default_reason = "drained in console"
 
     def __init__(self, runner: str, preview: list[tuple[int, str, str]]) -> None:
         super().__init__()
@@ -99,11 +156,13 @@ class DrainForm(ModalScreen[str | None]):
             )
             table: DataTable[Text | str] = DataTable(id="preview", cursor_type="none")
             yield table
-            yield Input(placeholder="reason (recorded with your name), Enter to drain", id="reason")
-            yield Static(Text("Enter: drain    Esc: cancel", style="dim"))
+            yield Input(
+                placeholder="reason (recorded with your name)", id="reason", select_on_focus=False
+            )
+            yield Static(Text(KEYS_LINE.format(verb="Drain"), style="dim"))
             with Horizontal(classes="buttons"):
                 yield Button("Drain", id="yes", variant="error")
-                yield Button("No", id="no", variant="primary")
+                yield Button(Text("[ No ]"), id="no", variant="primary")
 
     def on_mount(self) -> None:
         table: DataTable[Text | str] = self.query_one("#preview", DataTable)
@@ -114,28 +173,14 @@ class DrainForm(ModalScreen[str | None]):
             )
         if not self.preview:
             table.add_row("-", "-", "no running or waiting job is affected")
-        self.query_one("#reason", Input).focus()
-
-    def _reason(self) -> str:
-        return self.query_one("#reason", Input).value.strip() or "drained in console"
-
-    @on(Input.Submitted, "#reason")
-    def _submitted(self) -> None:
-        self.dismiss(self._reason())
-
-    @on(Button.Pressed)
-    def _pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(self._reason() if event.button.id == "yes" else None)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
+        super().on_mount()
 
 
-class ReasonForm(ModalScreen[str | None]):
+class ReasonForm(Asking):
     """An action that records why (pausing a schedule): the reason is required."""
 
     DEFAULT_CSS = _css("ReasonForm")
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "No", priority=True)]
+    required = True
 
     def __init__(self, title: str, effect: str, verb: str) -> None:
         super().__init__()
@@ -147,35 +192,66 @@ class ReasonForm(ModalScreen[str | None]):
         with Vertical():
             yield Static(Text(self.title_text, style="bold"))
             yield Static(Text(self.effect))
-            yield Input(placeholder="reason (required, recorded with your name)", id="reason")
-            yield Static(Text(f"Enter: {self.verb.lower()}    Esc: cancel", style="dim"))
+            yield Input(
+                placeholder="reason (required, recorded with your name)",
+                id="reason",
+                select_on_focus=False,
+            )
+            yield Static(Text(KEYS_LINE.format(verb=self.verb), style="dim"))
             with Horizontal(classes="buttons"):
                 yield Button(self.verb, id="yes", variant="error")
-                yield Button("No", id="no", variant="primary")
+                yield Button(Text("[ No ]"), id="no", variant="primary")
 
-    def on_mount(self) -> None:
-        self.query_one("#reason", Input).focus()
 
-    def _answer(self) -> None:
-        reason = self.query_one("#reason", Input).value.strip()
-        if not reason:
-            self.notify("a reason is required", severity="warning")
-            return
-        self.dismiss(reason)
+INCIDENT_KINDS = {  # event kind: what it means for the runner's hour
+    "lease_expired": "lease expiries (its jobs reassigned)",
+    "released": "leases it gave up (self-fences, shutdowns)",
+    "stopped": "executions stopped (superseded, cancelled)",
+    "stale_rejected": "stale writes rejected",
+    "stale_self_race": "stale writes racing itself",
+    "lost": "runs reported lost",
+}
 
-    @on(Input.Submitted, "#reason")
-    def _submitted(self) -> None:
-        self._answer()
 
-    @on(Button.Pressed)
-    def _pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "yes":
-            self._answer()
-        else:
-            self.dismiss(None)
+class HourSheet(ModalScreen[bool]):
+    """A runner's last hour: its events counted by kind, incidents first; `e` lists them."""
 
-    def action_cancel(self) -> None:
-        self.dismiss(None)
+    DEFAULT_CSS = _css("HourSheet")
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,h", "close(False)", "Close", priority=True),
+        Binding("e,enter", "close(True)", "Its events", priority=True),
+    ]
+
+    def __init__(self, runner: str, kinds: list[tuple[str, int, datetime]]) -> None:
+        super().__init__()
+        self.runner = runner
+        self.kinds = kinds
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            title = Text("The last hour of ", style="bold")
+            title.append(plain(self.runner, "bold"))
+            yield Static(title)
+            yield Static(hour_text(self.kinds))
+            yield Static(Text("e or Enter: these events in the events view    Esc: close", "dim"))
+
+    def action_close(self, events: bool) -> None:
+        self.dismiss(events)
+
+
+def hour_text(kinds: list[tuple[str, int, datetime]]) -> Text:
+    """Incident kinds first (with a ▲, and 0 when none happened), then the rest."""
+    counts = {kind: (n, last) for kind, n, last in kinds}
+    text = Text()
+    for kind, meaning in INCIDENT_KINDS.items():
+        n, last = counts.pop(kind, (0, None))
+        text.append("▲ " if n else "  ", style="bold")
+        text.append(f"{kind:16} {n:6}  {meaning:44}", style="bold" if n else "")
+        text.append(f"   last at {last:%H:%M:%S}\n" if last else "\n")
+    for kind, (n, last) in counts.items():
+        text.append(f"  {kind:16} {n:6}  {'':44}   last at {last:%H:%M:%S}\n")
+    text.rstrip()
+    return text
 
 
 HELP = """\
@@ -187,13 +263,19 @@ Moving       arrows or j/k, PageUp/PageDown, g/Home first row, G/End last row
 Jobs         / filter: lane: state: project: runner: reassigned>0 lost>0, and one free
              word (a job id, commit prefix, operation, project or submitter);
              :jobs state:running works from anywhere (→ completes)
-             space mark   v mark a range
-             Esc closes the filter, then clears the marks   Enter open detail
-Events       / filter by words (Esc clears it)   Enter opens the event's job
+             space mark   v mark a range   A mark every job the filter matches
+             Esc closes the box, then clears the marks, then the filter you typed
+             Enter open detail
+Events       / searches the whole history on the server: runner:node-a/r1 job:61
+             kind:lease_expired since:30m until:12:05 (a bare id, runner or kind
+             works too); n reads the next, older page; Esc back to the live tail
+             Enter opens the event's job
 Job detail   / shows only the output lines holding a word (Esc shows all again)
 Overlaps     every window two executions of one job ran at once; Enter opens the job
 Schedules    next tick, last job fired (Enter opens it); p pause (a reason), u resume
-Drill down   Enter on a runner: its jobs (e: its events); Enter on a lane: its jobs
+Drill down   Enter on a runner: its jobs (e: its events, h: its last hour: lease
+             expiries, self-fences, stops, stale writes); Enter on a lane: its jobs
+Overview     a: the jobs behind the alerts (pending stops, overlaps); Enter opens one
 Lanes        the highlighted lane's runners (who can claim its work now, why not the
              others) and its queue depth and wait by class, a column a minute, 60 min
 Screen       Z freezes it (Z again thaws; r reloads)   c copies the job's id and commit
@@ -201,7 +283,10 @@ Screen       Z freezes it (Z again thaws; r reloads)   c copies the job's id and
              state, lease left, lost/reassigned
 Actions      C cancel the marked jobs (or the one under the cursor)
              d drain   p pause   u resume the runner under the cursor (view 5)
-             every action asks first: y/Enter yes, n/Esc no; hidden with --readonly
+             every action asks first, focus on No: y yes, n/Esc no, Enter the
+             focused button; drain and pause take a reason: type it, Enter moves
+             to the button, Enter again acts. Hidden with --readonly and for a
+             reader login
 Anywhere     r reload now   Ctrl-s save an SVG screenshot   Ctrl-p palette   ? or F1 help
              q or Ctrl-c quit
 
@@ -211,17 +296,39 @@ title bar and disables actions until it has reconnected and read everything agai
 
 
 class Help(ModalScreen[None]):
-    """Every key, on one screen."""
+    """Every key; it scrolls (j/k, arrows, PgUp/PgDn, g/G) when the terminal is short."""
 
-    DEFAULT_CSS = _css("Help")
+    DEFAULT_CSS = (
+        _css("Help")
+        + """
+    Help > Vertical { height: 1fr; }
+    Help VerticalScroll { height: 1fr; }
+    """
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q,question_mark,f1", "close", "Close", priority=True)
+        Binding("escape,q,question_mark,f1", "close", "Close", priority=True),
+        Binding("j", "scroll('down')", "Down", show=False),
+        Binding("k", "scroll('up')", "Up", show=False),
+        Binding("g", "scroll('home')", "Top", show=False),
+        Binding("G", "scroll('end')", "End", show=False),
     ]
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(Text("fleetq-console keys", style="bold"))
-            yield Static(Text(HELP))
+            yield Static(Text("fleetq-console keys (j/k, PgUp/PgDn scroll; Esc closes)", "bold"))
+            with VerticalScroll(id="help-body"):
+                yield Static(Text(HELP))
+
+    def on_mount(self) -> None:
+        focus_now(self.query_one("#help-body", VerticalScroll))
+
+    def action_scroll(self, where: str) -> None:
+        body = self.query_one("#help-body", VerticalScroll)
+        {"down": body.scroll_down, "up": body.scroll_up}.get(where, lambda: None)()
+        if where == "home":
+            body.scroll_home(animate=False)
+        elif where == "end":
+            body.scroll_end(animate=False)
 
     def action_close(self) -> None:
         self.dismiss(None)
@@ -260,8 +367,11 @@ class CommandLine(ModalScreen[str | None]):
         )
 
     def on_mount(self) -> None:
-        self.query_one(Input).value = ":"
-        self.query_one(Input).focus()
+        line = self.query_one(Input)
+        line.value = ":"
+        line.cursor_position = 1
+        focus_now(line)
+        self.app.release_keys()  # type: ignore[attr-defined]  # keys typed after `:`
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from textual.filter import LineFilter, Monochrome, NoColor
+
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -56,3 +58,10 @@ def owned(log: Path) -> Iterator[None]:
         root.handlers = handlers
         root.setLevel(level)
         to_file.close()
+
+
+def without_colour(filters: list[LineFilter]) -> list[LineFilter]:
+    """Under NO_COLOR, Textual maps each colour to its grey (Monochrome): the red alerts
+    came out 237 on 233, unreadable. The terminal's own colours (NoColor) keep all text
+    readable; bold, reverse and the ▲ marks still set alerts apart."""
+    return [f for f in filters if not isinstance(f, Monochrome)] + [NoColor()]

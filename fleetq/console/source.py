@@ -8,11 +8,12 @@ snapshot tests.
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 import asyncpg
 
-from fleetq.core import eligibility, fleet, migrate, producer, readers, schedules, stats, views
+from fleetq.core import eligibility, fleet, migrate, readers, schedules, stats, views
 from fleetq.core.db import as_uri
 from fleetq.core.driver import (
     AsyncpgDriver,
@@ -24,9 +25,19 @@ from fleetq.core.driver import (
 from fleetq.core.models import CancelResult, Event, JobId, JobState, RunnerState
 from fleetq.core.schedules import Listed
 from fleetq.core.stats import Overlap
-from fleetq.core.views import JobDetail, JobFilter, JobPage, Overview
+from fleetq.core.views import (
+    Access,
+    AlertJob,
+    EventQuery,
+    Heartbeat,
+    JobDetail,
+    JobFilter,
+    JobPage,
+    Overview,
+)
 
 PAGE = 500  # jobs listed at once; the filter narrows beyond that
+CANCEL_CHUNK = 200  # jobs cancelled per statement (a bulk cancel reports progress between)
 
 
 class Source:
@@ -98,12 +109,43 @@ class Source:
         """New events after an id (or the newest `limit` on first load)."""
         return await readers.events(self._db, after=after, limit=limit)
 
-    async def cancel(self, job_ids: list[JobId], actor: str) -> list[CancelResult]:
-        """Cancel each job, as `fleetq cancel` does."""
-        return [
-            await producer.cancel(self._db, job_id=j, actor=actor, reason="cancelled in console")
-            for j in job_ids
-        ]
+    async def cancel(
+        self, job_ids: list[JobId], actor: str, progress: Callable[[int], object] = lambda _n: None
+    ) -> list[CancelResult]:
+        """Cancel the jobs as `fleetq cancel` does, a chunk per statement; `progress` hears
+        how many are done after each chunk."""
+        results: list[CancelResult] = []
+        for start in range(0, len(job_ids), CANCEL_CHUNK):
+            chunk = job_ids[start : start + CANCEL_CHUNK]
+            results += await views.cancel_many(
+                self._db, chunk, actor=actor, reason="cancelled in console"
+            )
+            progress(len(results))
+        return results
+
+    async def access(self) -> Access:
+        """What this login may do (a reader may not act)."""
+        return await views.access(self._db)
+
+    async def heartbeats(self) -> list[Heartbeat]:
+        """The runners' last heartbeats (the 1 s tick of their ages)."""
+        return await views.heartbeats(self._db)
+
+    async def job_ids(self, where: JobFilter) -> list[JobId]:
+        """Every job matching the filter (mark all that match)."""
+        return await views.job_ids(self._db, where)
+
+    async def search_events(self, query: EventQuery, below: int | None, limit: int) -> list[Event]:
+        """A page of an incident search, newest first."""
+        return await views.search_events(self._db, query, below=below, limit=limit)
+
+    async def runner_hour(self, runner: str, at: datetime) -> list[tuple[str, int, datetime]]:
+        """The runner's events of the last hour, counted by kind."""
+        return await views.runner_hour(self._db, runner, at - timedelta(hours=1))
+
+    async def alert_jobs(self) -> list[AlertJob]:
+        """The jobs behind the overview's alerts."""
+        return await views.alert_jobs(self._db)
 
     async def set_runner_state(
         self, runner: str, state: RunnerState, reason: str, actor: str

@@ -13,10 +13,10 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from fleetq.core import eligibility, fleet, queries, readers, stats
+from fleetq.core import eligibility, fleet, queries, readers, stats, validation
 from fleetq.core import output as job_output
 from fleetq.core.driver import Driver
-from fleetq.core.models import Event, Job, JobId, JobState, Runner
+from fleetq.core.models import CancelResult, Event, Job, JobId, JobState, Runner
 
 THROUGHPUT_BUCKET_S = 60
 THROUGHPUT_BUCKETS = 30
@@ -293,3 +293,105 @@ async def job_detail(driver: Driver, job_id: JobId, *, at: datetime | None = Non
         max_attempts=int(budgets[0]["max_attempts"]) if budgets else 1,
         reassignment_cap=int(budgets[0]["reassignment_cap"]) if budgets else None,
     )
+
+
+class Access(_View):
+    """What the console's login may do: a reader login may neither cancel nor steer."""
+
+    login: str
+    may_cancel: bool
+    may_steer: bool
+
+
+class Heartbeat(_View):
+    """A runner's last heartbeat, read alone once a second for the ages on screen."""
+
+    id: str
+    last_heartbeat_at: datetime
+    offline: bool
+
+
+class AlertJob(_View):
+    """A job behind an overview alert (a pending stop, an open overlap)."""
+
+    job_id: JobId
+    alert: str
+    runner_id: str | None
+
+
+class EventQuery(_View):
+    """An incident search over the whole history; each field optional."""
+
+    runner: str | None = None
+    job: JobId | None = None
+    kind: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @property
+    def empty(self) -> bool:
+        """No field set: the live tail, not a search."""
+        return self == EventQuery()
+
+
+async def access(driver: Driver) -> Access:
+    """Whether this login may cancel jobs and steer runners (privileges, not guesses)."""
+    (row,) = await driver.fetch(queries.sql("views_may_act"))
+    return Access.model_validate(row)
+
+
+async def heartbeats(driver: Driver) -> list[Heartbeat]:
+    """Every listed runner's last heartbeat and whether it is offline now."""
+    return [
+        Heartbeat.model_validate(r) for r in await driver.fetch(queries.sql("views_heartbeats"))
+    ]
+
+
+async def job_ids(driver: Driver, where: JobFilter) -> list[JobId]:
+    """Every job matching `where`, newest first, without the page's limit."""
+    rows = await driver.fetch(queries.sql("views_job_ids"), *where.arguments())
+    return [JobId(int(r["id"])) for r in rows]
+
+
+async def cancel_many(
+    driver: Driver, job_ids: list[JobId], *, actor: str, reason: str
+) -> list[CancelResult]:
+    """Cancel `job_ids` in one statement, each exactly as `fleetq cancel` would."""
+    rows = await driver.fetch(
+        queries.sql("views_cancel_many"),
+        [int(j) for j in job_ids],
+        validation.text(actor, "actor"),
+        validation.reason(reason),
+    )
+    return [CancelResult.model_validate(r) for r in rows]
+
+
+async def search_events(
+    driver: Driver, query: EventQuery, *, below: int | None = None, limit: int = 200
+) -> list[Event]:
+    """One page of matching events, newest first, below the id `below` (None: newest)."""
+    rows = await driver.fetch(
+        queries.sql("views_events_search"),
+        query.runner,
+        query.job,
+        query.kind,
+        query.since,
+        query.until,
+        below,
+        limit,
+    )
+    return [Event.model_validate(r) for r in rows]
+
+
+async def runner_hour(
+    driver: Driver, runner: str, since: datetime
+) -> list[tuple[str, int, datetime]]:
+    """How many events of each kind name `runner` since `since`: (kind, count, last)."""
+    rows = await driver.fetch(queries.sql("views_runner_hour"), runner, since)
+    return [(str(r["kind"]), int(r["events"]), r["last_at"]) for r in rows]
+
+
+async def alert_jobs(driver: Driver, *, limit: int = 50) -> list[AlertJob]:
+    """The jobs behind the alerts: pending stops and open overlaps."""
+    rows = await driver.fetch(queries.sql("views_alert_jobs"), limit)
+    return [AlertJob.model_validate(r) for r in rows]

@@ -118,7 +118,8 @@ async def test_drain_writes_state_reason_and_actor_after_a_preview(
         # what build-1 runs finishes there; the queued lint jobs can run on gpu-1
         assert preview[ids["running"]].startswith("finishes here; eligible with room elsewhere")
         assert preview[ids["queued0"]] == "can run on gpu-1/r1"
-        await pilot.press(*"disk swap", "enter")
+        # typed into the reason; Enter there moves to Drain, and Enter on it drains
+        await pilot.press(*"disk swap", "enter", "enter")
         await until(pilot, lambda: _runner(dsn, "build-1/r1")[0] == "draining")
         assert _runner(dsn, "build-1/r1") == ("draining", "disk swap", "operator")
 
@@ -172,7 +173,7 @@ async def test_a_reason_with_markup_is_recorded_and_shown_literally(
         _cursor_to(app, RunnersView, "gpu-1/r1")
         await pilot.press("d")
         await until(pilot, lambda: isinstance(app.screen, DrainForm))
-        await pilot.press(*"[/] [bold]INC-42", "enter")
+        await pilot.press(*"[/] [bold]INC-42", "enter", "enter")
         await until(pilot, lambda: _runner(dsn, "gpu-1/r1")[0] in ("draining", "drained"))
         await pilot.pause(0.2)
         assert app.is_running
@@ -229,9 +230,10 @@ async def test_the_schedules_view_pauses_with_a_reason_resumes_and_opens_the_las
         table.move_cursor(row=table.get_row_index(rows["nightly"]))
         await pilot.press("p")
         await until(pilot, lambda: isinstance(app.screen, ReasonForm))
+        app.screen.set_focus(app.screen.query_one("#yes"))
         await pilot.press("enter")  # a reason is required: the form stays
         assert isinstance(app.screen, ReasonForm)
-        await pilot.press(*"repo move", "enter")
+        await pilot.press(*"repo move", "enter", "enter")
         await until(pilot, lambda: _schedule(dsn, "nightly")[0] is True)
         assert _schedule(dsn, "nightly") == (True, "repo move", "operator")
         await show(pilot, "r")

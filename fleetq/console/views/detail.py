@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Input, Static
 
 from fleetq.console import timeline
 from fleetq.console.text import age, duration, lines, one_line, plain, state
+from fleetq.console.typeahead import focus_now
 from fleetq.console.views.table import Cell, Table, sync
 from fleetq.core.models import Event, JobState
 from fleetq.core.views import JobDetail
@@ -51,9 +52,19 @@ class DetailView(VerticalScroll):
     DetailView.searching #output-search { display: block; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("slash", "search", "Search output"),
+        Binding("slash", "search", "Search output", priority=True),
         Binding("escape", "escape", "Back", show=False),
+        # priority: the events table's own End moved its cursor below the screen's edge
+        Binding("G,end", "bottom", "Bottom", show=False, priority=True),
+        Binding("g,home", "top", "Top", show=False, priority=True),
     ]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`/` is a priority key (it acts before the keys typed after it); inside a box
+        it is only a slash."""
+        if action == "search":
+            return not isinstance(self.app.focused, Input)
+        return True
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -81,61 +92,31 @@ class DetailView(VerticalScroll):
             "id", "at", "kind", "token", "runner", "actor", "detail"
         )
 
+    def action_bottom(self) -> None:
+        """G/End: the last event, and the view scrolled to show it."""
+        table = self.query_one("#detail-events", DataTable)
+        if table.row_count:
+            table.move_cursor(row=table.row_count - 1)
+        focus_now(table)
+        self.scroll_end(animate=False)
+
+    def action_top(self) -> None:
+        """g/Home: the head of the detail (the first event selected)."""
+        table = self.query_one("#detail-events", DataTable)
+        if table.row_count:
+            table.move_cursor(row=0)
+        self.scroll_home(animate=False)
+
+    def tick(self, now: datetime) -> None:
+        """Once a second: the head's ages ("submitted 13s ago") move on."""
+        if self.detail is not None:
+            self.query_one("#detail-head", Static).update(head_text(self.detail, now))
+
     def show(self, detail: JobDetail, now: datetime) -> None:
         """Put a job's detail on screen."""
         self.detail = detail
         job = detail.job
-        head = Text()
-        head.append(f"job {job.id}  ", style="bold")
-        head.append(plain(f"{job.project}/{job.operation}", "bold"))
-        head.append(f" @ {job.commit_sha[:12]}  lane ")
-        head.append(plain(job.lane))
-        head.append("  state ")
-        head.append_text(
-            state(job.state.value, suffix=" (stop pending)" if job.stop_pending else "")
-        )
-        if job.lease_owner:
-            head.append(f"  token {job.lease_version} on ")
-            head.append(plain(job.lease_owner))
-        head.append("\nneeds: ")
-        needs = [
-            f"capabilities {', '.join(job.capabilities) or 'none'}",
-            f"{job.memory_mb} MB",
-            f"{job.cpu_millis / 1000:g} CPUs",
-            f"timeout {duration(job.timeout_s)}",
-        ]
-        if job.requested_node:
-            needs.append(f"node {job.requested_node}")
-        head.append(plain("; ".join(needs)))
-        head.append("\nsubmitted by ")
-        head.append(plain(job.submitted_by))
-        head.append(
-            f" {age(job.created_at, now)} ago, priority class {job.priority_class}"
-            + (f" (aged {job.promotions})" if job.promotions else "")
-        )
-        head.append("\nbudgets: ")
-        head.append(budgets(detail))
-        if job.retry_at is not None:
-            head.append(f"; tried again at {job.retry_at:%H:%M:%S}", style="yellow")
-        if job.idempotency_key:
-            head.append("; key ")
-            head.append(plain(job.idempotency_key))
-        if job.payload:
-            head.append("\npayload: ", style="bold")
-            head.append(plain(one_line(json.dumps(job.payload, sort_keys=True), 200)))
-        if job.failure_reason:
-            head.append("\nreason: ", style="bold")
-            head.append(plain(one_line(job.failure_reason, 200)))
-        if job.cancel_reason:
-            head.append("\ncancelled: ", style="bold")
-            head.append(plain(one_line(job.cancel_reason, 200)))
-        if job.traceparent:
-            head.append("\ntrace: ", style="bold")
-            head.append(plain(job.traceparent))
-        if job.waiting_on:
-            head.append("\nwaiting on: ", style="bold yellow")
-            head.append(", ".join(map(str, job.waiting_on)) + " (queued when they have succeeded)")
-        self.query_one("#detail-head", Static).update(head)
+        self.query_one("#detail-head", Static).update(head_text(detail, now))
         explanation = detail.explanation
         summary = plain(explanation.summary(), "green" if explanation.eligible else "bold red")
         if job.state != JobState.QUEUED:
@@ -166,7 +147,7 @@ class DetailView(VerticalScroll):
         self.add_class("searching")
         box = self.query_one("#output-search", Input)
         box.value = self.search
-        box.focus()
+        focus_now(box)
 
     @on(Input.Submitted, "#output-search")
     def _searched(self, event: Input.Submitted) -> None:
@@ -180,7 +161,7 @@ class DetailView(VerticalScroll):
         """Close the search box, else clear the search, else go back."""
         if self.has_class("searching"):
             self.remove_class("searching")
-            self.query_one("#detail-events", DataTable).focus()
+            focus_now(self.query_one("#detail-events", DataTable))
         elif self.search:
             self.search = ""
             if self.detail is not None:
@@ -210,6 +191,60 @@ class DetailView(VerticalScroll):
         self.draw_timeline()
 
 
+def head_text(detail: JobDetail, now: datetime) -> Text:
+    """The detail's head: what the job is, needs and has spent; ages from `now`."""
+    job = detail.job
+    head = Text()
+    head.append(f"job {job.id}  ", style="bold")
+    head.append(plain(f"{job.project}/{job.operation}", "bold"))
+    head.append(f" @ {job.commit_sha[:12]}  lane ")
+    head.append(plain(job.lane))
+    head.append("  state ")
+    head.append_text(state(job.state.value, suffix=" (stop pending)" if job.stop_pending else ""))
+    if job.lease_owner:
+        head.append(f"  token {job.lease_version} on ")
+        head.append(plain(job.lease_owner))
+    head.append("\nneeds: ")
+    needs = [
+        f"capabilities {', '.join(job.capabilities) or 'none'}",
+        f"{job.memory_mb} MB",
+        f"{job.cpu_millis / 1000:g} CPUs",
+        f"timeout {duration(job.timeout_s)}",
+    ]
+    if job.requested_node:
+        needs.append(f"node {job.requested_node}")
+    head.append(plain("; ".join(needs)))
+    head.append("\nsubmitted by ")
+    head.append(plain(job.submitted_by))
+    head.append(
+        f" {age(job.created_at, now)} ago, priority class {job.priority_class}"
+        + (f" (aged {job.promotions})" if job.promotions else "")
+    )
+    head.append("\nbudgets: ")
+    head.append(budgets(detail))
+    if job.retry_at is not None:
+        head.append(f"; tried again at {job.retry_at:%H:%M:%S}", style="yellow")
+    if job.idempotency_key:
+        head.append("; key ")
+        head.append(plain(job.idempotency_key))
+    if job.payload:
+        head.append("\npayload: ", style="bold")
+        head.append(plain(one_line(json.dumps(job.payload, sort_keys=True), 200)))
+    if job.failure_reason:
+        head.append("\nreason: ", style="bold")
+        head.append(plain(one_line(job.failure_reason, 200)))
+    if job.cancel_reason:
+        head.append("\ncancelled: ", style="bold")
+        head.append(plain(one_line(job.cancel_reason, 200)))
+    if job.traceparent:
+        head.append("\ntrace: ", style="bold")
+        head.append(plain(job.traceparent))
+    if job.waiting_on:
+        head.append("\nwaiting on: ", style="bold yellow")
+        head.append(", ".join(map(str, job.waiting_on)) + " (queued when they have succeeded)")
+    return head
+
+
 OUTPUT_LINES = 40  # of the newest run; earlier runs get a few
 
 
@@ -222,10 +257,8 @@ def budgets(detail: JobDetail) -> Text:
     last_try = detail.max_attempts > 1 and job.attempts >= detail.max_attempts
     text.append(f"attempt {job.attempts} of {detail.max_attempts}", "yellow" if last_try else "")
     text.append(" · ")
-    text.append(
-        f"lost {job.lost_count} (requeued once, then failed)",
-        "yellow" if job.lost_count >= 1 else "",
-    )
+    rule = " (a lost run is requeued once, then the job fails)" if job.state.live else ""
+    text.append(f"lost {job.lost_count}{rule}", "yellow" if job.lost_count >= 1 else "")
     if detail.reassignment_cap is not None:
         text.append(" · ")
         spent = job.reassign_count >= detail.reassignment_cap

@@ -14,9 +14,19 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
-from fleetq.console.messages import OpenJob
+from fleetq.console.messages import MarkedAll, OpenJob, Progress
 from fleetq.console.text import age, duration, escape, one_line, plain, state
-from fleetq.console.views.table import Cell, Row, Table, selected_key, sync, visible_keys
+from fleetq.console.typeahead import focus_now
+from fleetq.console.views.filters import describe_filter, parse_filter
+from fleetq.console.views.table import (
+    Cell,
+    Row,
+    Table,
+    literal,
+    selected_key,
+    sync,
+    visible_keys,
+)
 from fleetq.core.eligibility import Explanation
 from fleetq.core.models import Job, JobId, JobState
 from fleetq.core.views import COUNT_CAP, JobFilter, JobPage
@@ -38,53 +48,17 @@ COLUMNS = (
 # what a narrow terminal shows (`w` toggles): nothing an operator acts on is cut off
 NARROW = ("mark", "id", "state", "job", "commit", "age", "lease", "why")
 WIDE_FROM = 150  # columns of terminal from which every column is shown
-KEYS = ("lane", "state", "project", "runner")
-
-
-FLAGS = ("reassigned>0", "lost>0")
-
-
-def parse_filter(text: str) -> JobFilter:
-    """`lane:checks state:queued project:webapp runner:node-a/r1 reassigned>0 lost>0`
-    (any subset), and at most one bare word: a job id, commit prefix, operation, project
-    or submitter."""
-    fields: dict[str, object] = {}
-    for word in text.split():
-        if word in FLAGS:
-            fields[word.removesuffix(">0")] = True
-            continue
-        key, sep, value = word.partition(":")
-        if not sep:
-            if "word" in fields:
-                raise ValueError(f"{word!r}: one free word at most (an id, a commit, a name)")
-            fields["word"] = word
-            continue
-        if key not in KEYS or not value:
-            keys = ", ".join([*(k + ":VALUE" for k in KEYS), *FLAGS])
-            raise ValueError(f"{word!r}: use {keys}, or one free word")
-        fields[key] = value
-    if "state" in fields and fields["state"] not in {s.value for s in JobState}:
-        raise ValueError(f"state must be one of {', '.join(s.value for s in JobState)}")
-    return JobFilter.model_validate(fields)
-
-
-def describe_filter(where: JobFilter) -> str:
-    """The filter as the operator would type it."""
-    parts = [f"{k}:{getattr(where, k)}" for k in KEYS if getattr(where, k) is not None]
-    parts += [flag for flag in FLAGS if getattr(where, flag.removesuffix(">0"))]
-    if where.word:
-        parts.append(where.word)
-    return " ".join(p.replace("JobState.", "") for p in parts)
 
 
 class JobsView(Vertical):
     """A page of jobs; `/` filters, `space` marks, `enter` opens the detail view."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("slash", "filter", "Filter"),
+        Binding("slash", "filter", "Filter", priority=True),  # acts before the next key
         Binding("space", "mark", "Mark"),
         Binding("v", "mark_range", "Mark range", show=False),
-        Binding("escape", "clear_marks", "Clear marks", show=False),
+        Binding("A", "mark_all", "Mark all matching", show=False),
+        Binding("escape", "escape", "Clear filter / marks", show=False),
         Binding("w", "wide", "Wide", show=False),
         Binding("s", "sort", "Sort", show=False),
     ]
@@ -101,9 +75,18 @@ class JobsView(Vertical):
             super().__init__()
             self.where = where
 
+    class MarkAll(Message):
+        """The operator asked to mark every job matching `where` (read on the server)."""
+
+        def __init__(self, where: JobFilter) -> None:
+            super().__init__()
+            self.where = where
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.marked: set[JobId] = set()
+        self.marked_where: JobFilter | None = None  # every match of it is marked (`A`)
+        self.cancelling = ""  # a bulk cancel's progress, while it runs
         self._anchor: JobId | None = None  # the last row marked with space (for `v`)
         self.wide: bool | None = None  # None: by the terminal's width; `w` decides
         self.sort = 0  # index in SORTS; `s` cycles
@@ -111,6 +94,7 @@ class JobsView(Vertical):
         self._now: datetime | None = None
         self.page: JobPage | None = None
         self.where = JobFilter()
+        self.typed = False  # the filter was typed with `/` (Esc clears it), not a drill-down
 
     def compose(self) -> ComposeResult:
         yield Input(
@@ -157,9 +141,19 @@ class JobsView(Vertical):
         key = selected_key(self.table)
         return JobId(int(key)) if key else None
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`/` is a priority key (so it acts before the keys typed after it); inside a
+        box it is only a slash (`runner:node-a/r1`)."""
+        if action == "filter":
+            return not isinstance(self.app.focused, Input)
+        return True
+
     def targets(self) -> tuple[list[JobId], int]:
-        """What an action applies to: the marked jobs on screen, else the one under the
-        cursor; and how many marked jobs the filter hides (never acted on unseen)."""
+        """What an action applies to: the marked jobs on screen (every match of the filter
+        after `A`), else the one under the cursor; and how many marked jobs the filter
+        hides (never acted on unseen)."""
+        if self.marked_where is not None:
+            return sorted(self.marked, reverse=True), 0
         shown = {j.id for j in self.page.jobs} if self.page is not None else set()
         if self.marked:
             return sorted(self.marked & shown), len(self.marked - shown)
@@ -169,6 +163,7 @@ class JobsView(Vertical):
     def clear_marks(self) -> None:
         """Forget every mark (after an action, or on Esc)."""
         was, self.marked = self.marked, set()
+        self.marked_where = None
         for job in was:
             if str(job) in self.table.rows:
                 self.table.update_cell(str(job), "mark", " ")
@@ -179,6 +174,8 @@ class JobsView(Vertical):
         self.page = page
         self._now = now
         self._status()
+        if self.marked_where is not None and self.marked_where != page.where:
+            self.clear_marks()  # marked as "every match" of a filter no longer shown
         _, order = SORTS[self.sort]
         jobs = sorted(page.jobs, key=lambda j: order(j, now)) if order else page.jobs
         sync(self.table, [self._row(job, page, now) for job in jobs])
@@ -195,31 +192,37 @@ class JobsView(Vertical):
         if page is None:
             return
         shown = len(page.jobs)
-        where = describe_filter(self.where) or "no filter"
+        where = describe_filter(page.where) or "no filter"
         total = f"{page.total:,}+" if page.total >= COUNT_CAP else f"{page.total:,}"
-        status = Text(f"{shown} of {total} jobs ({where}; {SORTS[self.sort][0]}, s sorts)")
+        status = Text(f"{shown:,} of {total} jobs ({where}; {SORTS[self.sort][0]}, s sorts)")
         if page.total > shown:
-            status.append(f" — newest {shown} shown; narrow with /")
+            status.append(f" — newest {shown:,} shown; narrow with /, A marks all {total}")
         elif not shown:
-            status.append(" — nothing matches" if self.where != JobFilter() else " — no job yet")
+            status.append(" — nothing matches" if page.where != JobFilter() else " — no job yet")
         if self.marked:
             _, hidden = self.targets()
-            status.append(f" — {len(self.marked)} marked", style="bold magenta")
+            every = " (every match)" if self.marked_where is not None else ""
+            status.append(f" — {len(self.marked):,} marked{every}", style="bold reverse")
             if hidden:
                 status.append(f" ({hidden} hidden by the filter: not acted on)")
             status.append("; Esc clears")
+        if self.cancelling:
+            status.append(f" — {self.cancelling}", style="bold")
         self.query_one("#jobs-status", Static).update(status)
 
     def tick(self, now: datetime) -> None:
-        """Redraw the clock-driven cells of the rows on screen."""
+        """Redraw the clock-driven cells of the rows on screen, those that changed."""
         if self.page is None:
             return
         by_id = {str(j.id): j for j in self.page.jobs}
-        for key in visible_keys(self.table):
+        table = self.table
+        for key in visible_keys(table):
             job = by_id.get(key)
-            if job is not None:
-                self.table.update_cell(key, "lease", _lease(job, now))
-                self.table.update_cell(key, "age", age(job.created_at, now))
+            if job is None:
+                continue
+            for column, value in (("lease", _lease(job, now)), ("age", age(job.created_at, now))):
+                if column in self.columns and table.get_cell(key, column) != literal(value):
+                    table.update_cell(key, column, value)
 
     def _row(self, job: Job, page: JobPage, now: datetime) -> Row:
         why: Cell = ""
@@ -280,15 +283,53 @@ class JobsView(Vertical):
                 self._draw_mark(JobId(int(key)))
         self._status()
 
-    def action_clear_marks(self) -> None:
+    def action_escape(self) -> None:
+        """Esc: close the filter box, else clear the marks, else clear the filter, else
+        go back."""
         if self.has_class("filtering"):
             self.remove_class("filtering")
-            self.table.focus()
+            focus_now(self.table)
         elif self.marked:
             self.clear_marks()
             self.notify("marks cleared", timeout=2)
+        elif self.typed and self.where != JobFilter():
+            self.set_filter(JobFilter())
+            self.post_message(self.Filtered(self.where))
         else:
             self.app.action_go_back()  # type: ignore[attr-defined]
+
+    def set_filter(self, where: JobFilter) -> None:
+        """Show `where` from the next page on (a drill-down, `:jobs`, Esc: Esc then goes
+        back to where the drill-down came from)."""
+        self.where = where
+        self.typed = False
+
+    def action_mark_all(self) -> None:
+        """A: mark every job matching the filter, however many (read on the server)."""
+        self.post_message(self.MarkAll(self.where))
+
+    def mark_all(self, where: JobFilter, ids: list[JobId]) -> None:
+        """Every match of `where` is marked; a cancel then names the count and filter."""
+        self.marked = set(ids)
+        self.marked_where = where
+        for key in visible_keys(self.table):
+            self._draw_mark(JobId(int(key)))
+        self._status()
+        self.notify(f"{len(ids):,} job(s) marked: every match of the filter", timeout=3)
+
+    @on(MarkedAll)
+    def _marked_all(self, message: MarkedAll) -> None:
+        if message.where == self.where:
+            self.mark_all(message.where, message.ids)
+
+    @on(Progress)
+    def _progress(self, message: Progress) -> None:
+        self.progress(message.done, message.total)
+
+    def progress(self, done: int, total: int) -> None:
+        """A bulk cancel's progress, in the status line until it ends."""
+        self.cancelling = "" if done >= total else f"cancelling: {done:,} of {total:,} done"
+        self._status()
 
     def _draw_mark(self, job: JobId) -> None:
         if str(job) in self.table.rows:
@@ -300,7 +341,8 @@ class JobsView(Vertical):
         self.add_class("filtering")
         box = self.query_one("#jobs-filter", Input)
         box.value = describe_filter(self.where)
-        box.focus()
+        box.cursor_position = len(box.value)
+        focus_now(box)
 
     @on(Input.Submitted, "#jobs-filter")
     def _filter_submitted(self, event: Input.Submitted) -> None:
@@ -310,8 +352,9 @@ class JobsView(Vertical):
             self.notify(escape(str(exc)), title="filter", severity="error", markup=False)
             return
         self.where = where
+        self.typed = True
         self.remove_class("filtering")
-        self.table.focus()
+        focus_now(self.table)
         self.post_message(self.Filtered(where))
 
     @on(DataTable.RowSelected, "#jobs-table")

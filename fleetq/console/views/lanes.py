@@ -141,12 +141,12 @@ def lane_panel(
     queue depth and wait per priority class, a column a minute (or two when narrow)."""
     text = Text()
     serving = [r for r in runners if lane in r.lanes]
-    eligible = [r for r in serving if _takes_work(r)]
+    eligible = [r for r in serving if _takes_work(r, lane)]
     text.append(f"{len(eligible)} of {len(serving)} runner(s) serving {lane} can claim now", "bold")
     text.append("  (a job's own needs: its detail, 4)\n", "dim")
-    for runner in sorted(serving, key=lambda r: (not _takes_work(r), r.id)):
+    for runner in sorted(serving, key=lambda r: (not _takes_work(r, lane), r.id)):
         slots, used = runner.lanes[lane]
-        takes = _takes_work(runner)
+        takes = _takes_work(runner, lane)
         text.append("  ✓ " if takes else "  ✗ ", "green" if takes else "red")
         text.append_text(plain(runner.id, "bold"))
         text.append("  ")
@@ -183,8 +183,10 @@ def lane_panel(
     return text
 
 
-def _takes_work(runner: Runner) -> bool:
-    return runner.state == RunnerState.ACTIVE and not runner.offline
+def _takes_work(runner: Runner, lane: str) -> bool:
+    """Active, heartbeating, and a slot of `lane` free: a full runner cannot claim now."""
+    slots, used = runner.lanes[lane]
+    return runner.state == RunnerState.ACTIVE and not runner.offline and used < slots
 
 
 def _why_not(runner: Runner, slots: int, used: int, now: datetime) -> str:

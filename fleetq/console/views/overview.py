@@ -4,18 +4,25 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
+from typing import ClassVar
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
 
+from fleetq.console.messages import Heartbeats, OpenJob
 from fleetq.console.text import STATE_STYLES, age, duration, escape, plain, sparkline, state
+from fleetq.console.typeahead import focus_now
 from fleetq.console.views.lanes import HISTORY, show_lanes
+from fleetq.console.views.runners import with_beats
 from fleetq.console.views.table import Cell, Table, sync
-from fleetq.core.models import Event
-from fleetq.core.views import THROUGHPUT_BUCKET_S, Overview
+from fleetq.core.models import Event, JobId, Runner
+from fleetq.core.views import THROUGHPUT_BUCKET_S, AlertJob, Heartbeat, Overview
 
+SHORT = 32  # rows below which the figures give way to the runners and events
 LANE_COLUMNS = ("lane", "queued", "claimed", "running", "slots in use", "oldest wait", HISTORY)
 
 
@@ -48,6 +55,8 @@ def alert_strip(overview: Overview, now: datetime) -> Text:
     if alerts.unplaceable:
         text.append(f"▲ {alerts.unplaceable} queued job(s) no runner can take", style="bold red")
         text.append(" (even with all capacity free): see `4` on one of them\n")
+    if alerts.stops_pending or alerts.open_overlaps:
+        text.append("  a: the jobs behind these alerts (Enter opens one)", style="italic")
     text.rstrip()
     return text
 
@@ -61,7 +70,11 @@ def stale_strip(since: datetime, why: str) -> Text:
 
 
 class OverviewView(Vertical):
-    """The fleet at a glance."""
+    """The fleet at a glance; `a` goes to the jobs behind the alerts (Enter opens one)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "alert_jobs", "Alert jobs"),
+    ]
 
     DEFAULT_CSS = """
     OverviewView #alerts { padding: 0 1; margin-bottom: 1; border: round $warning; height: auto; }
@@ -70,7 +83,15 @@ class OverviewView(Vertical):
     OverviewView #below { height: 1fr; }
     OverviewView #below DataTable { width: 1fr; height: 1fr; border: round $primary-darken-2; }
     OverviewView .panel { width: 1fr; padding: 0 1; border: round $primary-darken-2; height: auto; }
+    OverviewView #alert-jobs { display: none; }
+    OverviewView.alerting #alert-jobs { display: block; }
+    OverviewView.short #figures { display: none; }
+    OverviewView.short #alerts { margin-bottom: 0; }
     """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._shown: tuple[Overview, list[Event]] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="alerts")
@@ -88,6 +109,9 @@ class OverviewView(Vertical):
             recent: DataTable[Cell] = Table(id="overview-events", cursor_type="none")
             recent.border_title = "latest events"
             yield recent
+            jobs: DataTable[Cell] = Table(id="alert-jobs", cursor_type="row")
+            jobs.border_title = "alert jobs (a; Enter opens)"
+            yield jobs
 
     def on_mount(self) -> None:
         table: DataTable[Cell] = self.query_one("#overview-lanes", DataTable)
@@ -100,16 +124,63 @@ class OverviewView(Vertical):
         for name in ("runner", "state", "heartbeat", "jobs", "lanes (used/slots)"):
             runners.add_column(name, key=name)
         recent: DataTable[Cell] = self.query_one("#overview-events", DataTable)
-        for name in ("at", "kind", "job", "token", "runner"):
+        for name in ("job", "kind", "at", "runner", "actor"):  # the job id first: never cut
             recent.add_column(name, key=name)
+        jobs: DataTable[Cell] = self.query_one("#alert-jobs", DataTable)
+        for name in ("job", "alert", "runner"):
+            jobs.add_column(name, key=name)
+        self.runners: list[Runner] = []
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.height < SHORT, "short")  # 80x24: the runners first
+
+    def action_alert_jobs(self) -> None:
+        if self.has_class("alerting"):
+            focus_now(self.query_one("#alert-jobs", DataTable))
+        else:
+            self.notify("no alert names a job now", timeout=2)
+
+    @on(DataTable.RowSelected, "#alert-jobs")
+    def _open(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.post_message(OpenJob(JobId(int(event.row_key.value))))
+
+    @on(Heartbeats)
+    def _beats(self, message: Heartbeats) -> None:
+        self.beat(message.beats, message.now)
+
+    def beat(self, beats: list[Heartbeat], now: datetime) -> None:
+        """Fresh heartbeats (read once a second): the runners' ages, redrawn if changed."""
+        self.runners = with_beats(self.runners, beats)
+        self._show_runners(now)
 
     def stale(self, since: datetime, why: str) -> None:
         """The console lost the database: say so where 'all clear' would be."""
+        self._shown = None
         self.query_one("#alerts", Static).update(stale_strip(since, why))
 
-    def show(self, overview: Overview, now: datetime, recent: list[Event]) -> None:
-        """Put a fresh overview (and the newest events, newest first) on screen."""
+    def show(
+        self,
+        overview: Overview,
+        now: datetime,
+        recent: list[Event],
+        alert_jobs: list[AlertJob] | None = None,
+    ) -> None:
+        """Put a fresh overview (and the newest events, newest first) on screen; only
+        what changed is redrawn."""
+        if (overview, recent) == self._shown:
+            return
+        self._shown = (overview, recent)
         self.query_one("#alerts", Static).update(alert_strip(overview, now))
+        if alert_jobs is not None:
+            self.set_class(bool(alert_jobs), "alerting")
+            sync(
+                self.query_one("#alert-jobs", DataTable),
+                [
+                    (str(a.job_id), [str(a.job_id), a.alert, plain(a.runner_id or "")])
+                    for a in alert_jobs
+                ],
+            )
         show_lanes(self.query_one("#overview-lanes", DataTable), overview, now, LANE_COLUMNS)
         waits = Text()
         for w in overview.waits:
@@ -134,6 +205,26 @@ class OverviewView(Vertical):
         if not overview.runners:
             fleet.append("no runner registered yet", style="dim")
         self.query_one("#fleet", Static).update(fleet)
+        self.runners = overview.runners
+        self._show_runners(now)
+        sync(
+            self.query_one("#overview-events", DataTable),
+            [
+                (
+                    str(e.id),
+                    [
+                        str(e.job_id or ""),
+                        state(e.kind) if e.kind in STATE_STYLES else plain(e.kind),
+                        e.at.strftime("%H:%M:%S"),
+                        plain(e.runner_id or ""),  # a runner only: submitters are actors
+                        plain(e.actor or ""),
+                    ],
+                )
+                for e in recent
+            ],
+        )
+
+    def _show_runners(self, now: datetime) -> None:
         sync(
             self.query_one("#overview-runners", DataTable),
             [
@@ -152,22 +243,6 @@ class OverviewView(Vertical):
                         ),
                     ],
                 )
-                for r in overview.runners
-            ],
-        )
-        sync(
-            self.query_one("#overview-events", DataTable),
-            [
-                (
-                    str(e.id),
-                    [
-                        e.at.strftime("%H:%M:%S.%f")[:-3],
-                        state(e.kind) if e.kind in STATE_STYLES else plain(e.kind),
-                        str(e.job_id or ""),
-                        str(e.lease_version or ""),
-                        plain(e.runner_id or e.actor or ""),
-                    ],
-                )
-                for e in recent
+                for r in self.runners
             ],
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import ClassVar
 
 from rich.text import Text
@@ -10,12 +10,15 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widgets import DataTable
 
-from fleetq.console.messages import DrillDown
+from fleetq.console.dialogs import HourSheet
+from fleetq.console.messages import DrillDown, Heartbeats, RunnerHour
 from fleetq.console.text import age, bar, one_line, plain, state
 from fleetq.console.views.table import Cell, Table, selected_key, sync, visible_keys
 from fleetq.core.models import Runner, RunnerState
+from fleetq.core.views import Heartbeat
 
 COLUMNS = (
     ("runner", "runner"),
@@ -37,8 +40,16 @@ class RunnersView(Vertical):
     jobs, `e` its events."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("h", "hour", "Its last hour"),
         Binding("e", "events", "Its events", show=False),
     ]
+
+    class HourAsked(Message):
+        """The operator asked for a runner's last hour (`h`)."""
+
+        def __init__(self, runner: str) -> None:
+            super().__init__()
+            self.runner = runner
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -56,6 +67,25 @@ class RunnersView(Vertical):
     def _jobs(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
             self.post_message(DrillDown(runner=event.row_key.value))
+
+    def action_hour(self) -> None:
+        if (runner := self.selected()) is not None:
+            self.post_message(self.HourAsked(runner))
+
+    @on(Heartbeats)
+    def _beats(self, message: Heartbeats) -> None:
+        self.beat(message.beats, message.now)
+
+    @on(RunnerHour)
+    def _hour(self, message: RunnerHour) -> None:
+        """The runner's hour in a sheet; `e` there lists those events."""
+
+        def chosen(events: bool | None) -> None:
+            if events:
+                since = message.at - timedelta(hours=1)
+                self.post_message(DrillDown(runner=message.runner, events=True, since=since))
+
+        self.app.push_screen(HourSheet(message.runner, message.kinds), chosen)
 
     def action_events(self) -> None:
         if (runner := self.selected()) is not None:
@@ -76,12 +106,30 @@ class RunnersView(Vertical):
         sync(self.query_one("#runners-table", DataTable), [(r.id, _cells(r, now)) for r in runners])
 
     def tick(self, now: datetime) -> None:
-        """Redraw heartbeat ages of the rows on screen."""
+        """Redraw heartbeat ages of the rows on screen (those that changed)."""
         table: DataTable[Cell] = self.query_one("#runners-table", DataTable)
         by_id: dict[str, Runner] = {r.id: r for r in self.runners}
         for key in visible_keys(table):
             if (runner := by_id.get(key)) is not None:
-                table.update_cell(key, "heartbeat", _heartbeat(runner, now))
+                beat = _heartbeat(runner, now)
+                if table.get_cell(key, "heartbeat") != beat:
+                    table.update_cell(key, "heartbeat", beat)
+
+    def beat(self, beats: list[Heartbeat], now: datetime) -> None:
+        """Fresh heartbeats (read once a second): the ages say how long ago, truly."""
+        self.runners = with_beats(self.runners, beats)
+        self.tick(now)
+
+
+def with_beats(runners: list[Runner], beats: list[Heartbeat]) -> list[Runner]:
+    """`runners` with their last heartbeat (and offline flag) from `beats`."""
+    by_id = {b.id: b for b in beats}
+    return [
+        r.model_copy(update={"last_heartbeat_at": b.last_heartbeat_at, "offline": b.offline})
+        if (b := by_id.get(r.id)) is not None
+        else r
+        for r in runners
+    ]
 
 
 def _cells(r: Runner, now: datetime) -> list[Cell]:

@@ -99,12 +99,24 @@ def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
     for key, cells in rows:
         table.add_row(*cells, key=key)
     if table.cursor_type == "none":
-        pass  # no cursor to keep (following the old top row's key scrolled a tail away)
-    elif cursor_key is not None and cursor_key in keys:
-        table.move_cursor(row=keys.index(cursor_key), scroll=False)
-    elif rows:
-        table.move_cursor(row=min(cursor_row, len(rows) - 1), scroll=False)
-    table.scroll_to(y=scroll_y, animate=False)
+        table.scroll_to(y=scroll_y, animate=False)
+        return  # no cursor to keep (following the old top row's key scrolled a tail away)
+    row = min(cursor_row, len(rows) - 1)
+    if cursor_key is not None and cursor_key in keys:
+        row = keys.index(cursor_key)
+    if rows:
+        table.move_cursor(row=row, scroll=False)
+    table.scroll_to(y=showing(table, row, scroll_y), animate=False)
+
+
+def showing(table: DataTable[Cell], row: int, top: float) -> float:
+    """A scroll position that keeps `top` if row `row` is on screen there, else one
+    that puts the row on screen: after a sort, a filter or a refresh, Enter must never
+    open a row the operator cannot see."""
+    height = max(1, table.scrollable_content_region.height - table.header_height)
+    if top <= row < top + height:
+        return top
+    return float(max(0, row - height // 2))
 
 
 def _cursor_key(table: DataTable[Cell]) -> str | None:

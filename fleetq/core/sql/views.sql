@@ -203,3 +203,85 @@ SELECT at, lane, priority_class, queued, oldest_wait_s, claimed, wait_p50_s, wai
 FROM fleetq.queue_samples
 WHERE at > $1::timestamptz - make_interval(mins => $2::integer) AND at <= $1::timestamptz
 ORDER BY lane, priority_class, at;
+
+-- name: views_may_act
+-- Whether the console's login may cancel jobs and steer runners: a reader login may not,
+-- and the console hides those actions rather than offer them and fail.
+SELECT current_user AS login,
+       has_function_privilege('fleetq.cancel(bigint,text,text)', 'EXECUTE') AS may_cancel,
+       has_function_privilege('fleetq.set_runner_state(text,text,text,text)', 'EXECUTE')
+           AS may_steer;
+
+-- name: views_heartbeats
+-- Each listed runner's last heartbeat and whether it is offline now: read once a second
+-- while heartbeat ages are on screen (a whole overview read is not worth it for them).
+SELECT r.id, r.last_heartbeat_at,
+       r.state = 'offline' OR fleetq.runner_is_stale(r.last_heartbeat_at) AS offline
+FROM fleetq.runners r
+WHERE fleetq.runner_listed(r.forgotten_at, r.last_heartbeat_at);
+
+-- name: views_job_ids
+-- Every job id matching the jobs view's filter, newest first and with no page limit: what
+-- "mark all that match" marks, however many. $1..$7 as views_jobs
+SELECT id
+FROM fleetq.jobs
+WHERE ($1::text IS NULL OR state = $1::text)
+  AND ($2::text IS NULL OR lane = $2::text)
+  AND ($3::text IS NULL OR project = $3::text)
+  AND ($4::text IS NULL OR lease_owner = $4::text OR reserved_on = $4::text)
+  AND (NOT $5::boolean OR reassign_count > 0)
+  AND (NOT $6::boolean OR lost_count > 0)
+  AND ($7::text IS NULL OR id::text = $7::text OR starts_with(commit_sha, lower($7::text))
+       OR operation = $7::text OR project = $7::text OR submitted_by = $7::text)
+ORDER BY id DESC;
+
+-- name: views_cancel_many
+-- Cancel many jobs in one statement, each through fleetq.cancel (the same check, audit
+-- and stop-pending rule as `fleetq cancel`): one round trip for a chunk of a bulk cancel
+-- instead of one per job. $1 job ids, $2 actor, $3 reason
+SELECT c.*
+FROM unnest($1::bigint[]) AS t(id)
+CROSS JOIN LATERAL fleetq.cancel(t.id, $2::text, $3::text) c;
+
+-- name: views_events_search
+-- Incident search: events by runner, job, kind and time range, newest first, one page
+-- at a time with no cap on how far back (the next page starts below the last id seen).
+-- Walks the events' primary key down from $6: a page costs the rows it passes, so a
+-- sparse filter over a long history reads further, never all of it for a full page.
+-- $1 runner, $2 job, $3 kind, $4 from (inclusive), $5 until (exclusive), $6 below this
+-- id (NULL: from the newest), $7 page size
+SELECT *
+FROM fleetq.events
+WHERE ($1::text IS NULL OR runner_id = $1::text)
+  AND ($2::bigint IS NULL OR job_id = $2::bigint)
+  AND ($3::text IS NULL OR kind = $3::text)
+  AND ($4::timestamptz IS NULL OR at >= $4::timestamptz)
+  AND ($5::timestamptz IS NULL OR at < $5::timestamptz)
+  AND ($6::bigint IS NULL OR id < $6::bigint)
+ORDER BY id DESC
+LIMIT $7::integer;
+
+-- name: views_runner_hour
+-- A runner's incidents since $2: how many of each kind of event it was part of (lease
+-- expiries, self-fences, supersessions, stale writes rejected, reassignments...). $1 runner,
+-- $2 since. The window's first id is found by walking the primary key back from the
+-- newest (as views_queue_wait does): the cost follows the hour, not history.
+WITH since AS (
+    SELECT coalesce(max(id), 0) AS id FROM fleetq.events WHERE at < $2::timestamptz
+)
+SELECT e.kind, count(*) AS events, max(e.at) AS last_at
+FROM since JOIN fleetq.events e ON e.id > since.id
+WHERE e.runner_id = $1::text
+GROUP BY e.kind
+ORDER BY count(*) DESC, kind;
+
+-- name: views_alert_jobs
+-- The jobs behind the overview's alerts, so an operator can open each: cancelled jobs
+-- whose stop is pending, and jobs running twice at once. $1 at most this many of each
+(SELECT id AS job_id, 'stop pending' AS alert, reserved_on AS runner_id
+ FROM fleetq.jobs WHERE reserved_on IS NOT NULL AND state = 'cancelled'
+ ORDER BY id LIMIT $1::integer)
+UNION ALL
+(SELECT job_id, 'overlap', min(runner_id)
+ FROM fleetq.all_executions WHERE ended_at IS NULL
+ GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id LIMIT $1::integer);

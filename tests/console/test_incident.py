@@ -1,0 +1,430 @@
+"""Defects an operator met in an incident hour (issue 45), each with a Pilot test that
+failed before its fix. A burst is typed as a terminal delivers it: every key read by the
+app before any of them is handled (`burst`), not one key per turn as `pilot.press`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from textual import events
+from textual.filter import Monochrome, NoColor
+from textual.pilot import Pilot
+from textual.widgets import Button, DataTable, Input, Static
+from textual.widgets._footer import FooterKey
+
+from fleetq.console.dialogs import DrainForm, Help
+from fleetq.console.views.detail import DetailView
+from fleetq.console.views.jobs import JobsView
+from fleetq.console.views.lanes import lane_panel
+from fleetq.console.views.runners import RunnersView
+from fleetq.core import roles
+from fleetq.core.db import as_uri, connect
+from fleetq.core.models import JobState, Runner, RunnerId, RunnerState
+from fleetq.core.views import JobFilter
+from tests import factories
+from tests.console.conftest import SIZE, console, show, until
+
+NAMES = {"/": "slash", ":": "colon", " ": "space", "\n": "enter"}
+
+
+def login_dsn(dsn: str, login: str) -> str:
+    """`dsn` logged in as `login` (the test server trusts local logins)."""
+    parts = urlsplit(as_uri(dsn))
+    return urlunsplit(parts._replace(netloc=f"{login}@{parts.netloc.rpartition('@')[2]}"))
+
+
+def burst(pilot: Pilot[None], keys: str) -> None:
+    """Queue every key of `keys` at once (`\\n` is Enter), as a fast typist's terminal
+    does: none is handled before the last is read."""
+    app = pilot.app
+    assert app._driver is not None
+    for char in keys:
+        event = events.Key(NAMES.get(char, char), "\r" if char == "\n" else char)
+        event.set_sender(app)
+        app._driver.send_message(event)
+
+
+def _row_keys(table: DataTable[Any]) -> list[str]:
+    return [str(row.key.value) for row in table.ordered_rows]
+
+
+def _cursor_visible(table: DataTable[Any]) -> bool:
+    height = table.scrollable_content_region.height - table.header_height
+    return table.scroll_y <= table.cursor_row < table.scroll_y + height
+
+
+def _more_jobs(dsn: str, n: int) -> None:
+    with connect(dsn, autocommit=True) as conn:
+        for i in range(n):
+            factories.job(
+                conn, op=("tools", "lint"), submitted_by="bulk", payload={"i": i}, lost_count=i % 3
+            )
+
+
+# ---- 1, 2: keys typed quickly --------------------------------------------------------
+
+
+async def test_a_filter_typed_in_one_burst_reaches_the_filter_box(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: the box took focus a turn after `/`, so `s` re-sorted the table and
+    the filter stayed empty."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        view = app.query_one(JobsView)
+        burst(pilot, "/state:failed\n")
+        await until(pilot, lambda: app.where.state == JobState.FAILED and not app.busy)
+        assert view.sort == 0  # the `s` of "state" went into the box
+        assert not view.has_class("filtering")
+
+
+async def test_a_job_typed_on_the_command_line_in_one_burst_opens(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: the keys after `:` reached the command line before it had mounted,
+    and `:job N⏎` opened nothing."""
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        burst(pilot, f":job {ids['overlap']}\n")
+        await until(pilot, lambda: app.current == "detail")
+        assert app.detail_job == ids["overlap"]
+        view = app.query_one(DetailView)
+        await until(pilot, lambda: view.detail is not None)
+        assert view.detail is not None and view.detail.job.id == ids["overlap"]
+
+
+async def test_a_view_key_and_moves_in_one_burst_land_on_the_right_row(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: `3 j j j ⏎` moved the overview's table (and the jobs view had no rows
+    yet), so Enter opened the first job."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        burst(pilot, "3jjj\n")
+        await until(pilot, lambda: app.current == "detail", deadline=15)
+        rows = _row_keys(app.query_one(JobsView).table)
+        assert str(app.detail_job) == rows[3]
+
+
+async def test_the_cursor_stays_on_a_visible_row_after_a_sort(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: `g s` kept the scroll at the top while the cursor's job moved to the
+    end: Enter then opened a job off screen."""
+    dsn, _ids = fleet
+    _more_jobs(dsn, 40)
+    app = console(dsn)
+    async with app.run_test(size=(120, 24)) as pilot:
+        await show(pilot, "3")
+        table = app.query_one(JobsView).table
+        await pilot.press("g")  # the newest job, at the top: `s` sends it to the end
+        await pilot.pause()
+        assert _cursor_visible(table) and table.scroll_y == 0
+        for _ in range(4):  # every order: oldest, state, lease left, lost
+            await pilot.press("s")
+            await pilot.pause()
+            assert _cursor_visible(table), (table.cursor_row, table.scroll_y)
+
+
+async def test_esc_clears_the_jobs_filter(fleet: tuple[str, dict[str, int]]) -> None:
+    """Red before: Esc with a filter (and no marks) went back to the previous view."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        await pilot.press("slash", *"state:queued", "enter")
+        await until(pilot, lambda: app.where.state == JobState.QUEUED and not app.busy)
+        await show(pilot, "escape")
+        assert (app.current, app.where) == ("jobs", JobFilter())
+
+
+# ---- 3: destructive dialogs -----------------------------------------------------------
+
+
+async def test_drain_needs_an_explicit_choice_not_a_bare_enter(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: the reason field had focus, and `d ⏎` drained."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "5")
+        table = app.query_one(RunnersView).query_one(DataTable)
+        table.move_cursor(row=table.get_row_index("build-1/r1"))
+        burst(pilot, "ddisk swap\n")  # the reason, and a bare Enter
+        await until(pilot, lambda: isinstance(app.screen, DrainForm))
+        form = app.screen
+        await until(pilot, lambda: isinstance(form.focused, Button))
+        await pilot.pause(0.3)
+        assert isinstance(form, DrainForm) and app.screen is form  # still asking
+        assert form.query_one("#reason", Input).value == "disk swap"
+        assert isinstance(form.focused, Button) and form.focused.id == "yes"
+        with connect(dsn) as conn:
+            row = conn.execute("SELECT state FROM fleetq.runners WHERE id = 'build-1/r1'")
+            assert row.fetchone() == ("active",)
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, DrainForm))
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DrainForm))
+        first = app.screen
+        await until(pilot, lambda: first.focused is not None)
+        assert isinstance(first.focused, Button) and first.focused.id == "no"
+        await pilot.press("enter")  # a bare Enter: No
+        await until(pilot, lambda: not isinstance(app.screen, DrainForm))
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DrainForm))
+        again = app.screen
+        await until(pilot, lambda: again.focused is not None)
+        await pilot.press(*"disk", "enter")  # into the reason; Enter: to the Drain button
+        assert isinstance(again.focused, Button) and again.focused.id == "yes"
+        await pilot.press("enter")
+        await until(pilot, lambda: not isinstance(app.screen, DrainForm))
+        with connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT state, state_reason FROM fleetq.runners WHERE id = 'build-1/r1'"
+            )
+            assert row.fetchone() == ("draining", "disk")
+
+
+# ---- 5, 6, 7: heartbeats, colour, 80x24 -----------------------------------------------
+
+
+async def test_heartbeat_ages_follow_the_heartbeats_each_second(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: heartbeats were read every 5 s, so a healthy runner read 4.6s ago."""
+    dsn, _ids = fleet
+    with connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE fleetq.runners SET last_heartbeat_at = clock_timestamp()")
+    app = console(dsn, clock=None, resync_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "5")
+        table = app.query_one(RunnersView).query_one(DataTable)
+        for _ in range(3):
+            with connect(dsn, autocommit=True) as conn:
+                conn.execute("UPDATE fleetq.runners SET last_heartbeat_at = clock_timestamp()")
+            await pilot.pause(1.5)
+        beat = str(table.get_cell("build-1/r1", "heartbeat"))
+        assert beat.endswith("ms ago") or float(beat.removesuffix("s ago")) < 1.6, beat
+
+
+async def test_no_color_keeps_the_terminal_colours_not_grey_on_grey(
+    fleet: tuple[str, dict[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red before: NO_COLOR mapped each colour to its grey, red alerts 237 on 233."""
+    dsn, _ids = fleet
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = console(dsn)
+    assert not any(isinstance(f, Monochrome) for f in app._filters)
+    assert any(isinstance(f, NoColor) for f in app._filters)
+
+
+async def test_80x24_keeps_help_and_quit_and_every_runner(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: the footer lost Help and Quit, the overview showed 3 of 4 runners,
+    the latest events cut job ids, and the help could not scroll to its end."""
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await show(pilot, "1")
+        footer = app.screen.query_one("Footer")
+        keys = [k.key for k in footer.query(FooterKey) if k.region.right <= 80]
+        assert "question_mark" in keys and "q" in keys
+        runners: DataTable[Any] = app.query_one("#overview-runners", DataTable)
+        assert runners.row_count == 4
+        assert runners.scrollable_content_region.height - runners.header_height >= 4
+        recent: DataTable[Any] = app.query_one("#overview-events", DataTable)
+        assert recent.columns[recent.ordered_columns[0].key].label.plain == "job"
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, Help)
+        body = app.screen.query_one("#help-body")
+        await pilot.press("G")
+        await pilot.pause()
+        assert body.scroll_y > 0 and body.scroll_y == body.max_scroll_y
+        del ids
+
+
+# ---- 8: the smaller defects -----------------------------------------------------------
+
+
+@pytest.fixture
+def reader(fleet: tuple[str, dict[str, int]], tmp_path: Path) -> Iterator[str]:
+    """A reader login's DSN on the scenario's database (dropped after)."""
+    dsn, _ids = fleet
+    name = f"fq_reader_{tmp_path.name[-8:].replace('-', '_')}"
+    with connect(dsn) as conn:
+        roles.add(
+            conn,
+            roles.Kind.READER,
+            "dashboard",
+            admin_dsn=dsn,
+            password_file=tmp_path / "pgpass",
+            login=name,
+        )
+        conn.commit()
+    yield login_dsn(dsn, name)
+    with connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", [name]
+        )
+        roles.remove(conn, name)
+
+
+async def test_a_reader_login_is_shown_and_offered_no_action(
+    fleet: tuple[str, dict[str, int]], reader: str
+) -> None:
+    """Red before: a reader was shown "acting as root" and offered Cancel and Drain,
+    which failed "permission denied for function cancel"."""
+    app = console(reader)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        assert "reader login" in app.sub_title and "acting as" not in app.sub_title
+        actions = {b.binding.action for b in app.screen.active_bindings.values()}
+        assert "cancel_jobs" not in actions
+        await show(pilot, "5")
+        actions = {b.binding.action for b in app.screen.active_bindings.values()}
+        assert not any(a.startswith("runner_state") for a in actions)
+
+
+async def test_mark_all_matching_then_cancel_in_bulk_names_count_and_filter(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: marks stopped at the 500 rows loaded, and 500 cancels were 500 round
+    trips. Here the page holds 500 of 520 queued lint jobs; all 520 are cancelled."""
+    dsn, _ids = fleet
+    with connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO fleetq.jobs (project, operation, commit_sha, lane, capabilities, "
+            "memory_mb, cpu_millis, timeout_s, submitted_by, priority_class, state) "
+            "SELECT project, operation, commit_sha, lane, capabilities, memory_mb, cpu_millis, "
+            "timeout_s, 'bulk', 2, 'queued' FROM fleetq.jobs, generate_series(1, 520) "
+            "WHERE state = 'queued' AND operation = 'lint' LIMIT 517"
+        )
+        (queued,) = conn.execute(
+            "SELECT count(*) FROM fleetq.jobs WHERE state = 'queued' AND project = 'tools'"
+        ).fetchone()  # type: ignore[misc]
+    assert queued == 520
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        await pilot.press("slash", *"state:queued project:tools", "enter")
+        await until(pilot, lambda: app.where.project == "tools" and not app.busy)
+        view = app.query_one(JobsView)
+        assert view.page is not None and len(view.page.jobs) == 500
+        await pilot.press("A")
+        await until(pilot, lambda: len(view.marked) == 520)
+        await pilot.press("C")
+        await pilot.pause()
+        body = str(app.screen.body)  # type: ignore[attr-defined]
+        assert "Cancel 520 jobs matching state:queued project:tools" in body
+        await pilot.press("y")
+        await until(pilot, lambda: not app.busy and not view.marked)
+        with connect(dsn) as conn:
+            (left,) = conn.execute(
+                "SELECT count(*) FROM fleetq.jobs WHERE state = 'queued' AND project = 'tools'"
+            ).fetchone()  # type: ignore[misc]
+        assert left == 0
+
+
+async def test_latest_events_name_runners_apart_from_submitters(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: the "runner" column showed a submitter when no runner was named."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        recent: DataTable[Any] = app.query_one("#overview-events", DataTable)
+        runners = {str(recent.get_cell(r.key, "runner")) for r in recent.ordered_rows}
+        assert "ci" not in runners and "release-bot" not in runners
+
+
+def test_a_full_runner_is_not_counted_as_able_to_claim() -> None:
+    """Red before: "3 of 3 can claim now" beside "full"."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    full = Runner(
+        id=RunnerId("build-1/r1"),
+        node="build-1",
+        name="r1",
+        capabilities=[],
+        memory_mb=8192,
+        cpu_millis=4000,
+        reserved_memory_mb=0,
+        reserved_cpu_millis=0,
+        state=RunnerState.ACTIVE,
+        offline=False,
+        state_reason=None,
+        state_actor=None,
+        state_changed_at=now,
+        last_heartbeat_at=now,
+        stale_rejections=0,
+        lanes={"checks": [2, 2]},
+        live_jobs=2,
+    )
+    text = lane_panel("checks", [full], [], now).plain
+    assert "0 of 1 runner(s) serving checks can claim now" in text
+    assert "full" in text
+
+
+async def test_the_detail_ticks_and_says_lost_rule_only_while_live(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: "submitted 13.1s ago" never moved, and a succeeded job read "lost 0
+    (requeued once, then failed)"."""
+    dsn, ids = fleet
+    app = console(dsn, job=ids["done"], view="detail")
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "4")
+        head = app.query_one("#detail-head", Static)
+        assert "requeued once" not in str(head.render())
+        before = str(head.render())
+        app.db_now = (app.overview.now, app.db_now[1] - 60)  # type: ignore[union-attr,index]
+        app._tick()
+        await pilot.pause()
+        assert str(head.render()) != before
+
+
+async def test_end_in_the_detail_shows_the_last_event(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: End/G moved the events table's cursor below the screen's edge."""
+    dsn, ids = fleet
+    app = console(dsn, job=ids["overlap"], view="detail")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await show(pilot, "4")
+        await pilot.press("G")
+        await pilot.pause()
+        detail = app.query_one(DetailView)
+        events: DataTable[Any] = app.query_one("#detail-events", DataTable)
+        assert events.cursor_row == events.row_count - 1
+        row_y = events.region.y + 1 + events.cursor_row - int(events.scroll_y)
+        assert detail.region.y <= row_y < detail.region.bottom, (row_y, detail.region)
+
+
+async def test_the_jobs_status_counts_the_filter_it_shows(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """The status line names the page's own filter and count."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        await pilot.press("slash", *"state:queued", "enter")
+        await until(pilot, lambda: app.where.state == JobState.QUEUED and not app.busy)
+        status = str(app.query_one("#jobs-status", Static).render())
+        page = app.query_one(JobsView).page
+        assert page is not None
+        assert status.startswith(f"{len(page.jobs)} of {page.total} jobs (state:queued;")
