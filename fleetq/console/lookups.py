@@ -25,6 +25,7 @@ from fleetq.console.messages import (
     RunnerHour,
     Searched,
 )
+from fleetq.console.screenful import db_clock
 from fleetq.core.errors import FleetqError
 from fleetq.core.views import EventQuery, JobFilter
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from fleetq.console.app import ConsoleApp
 
 SEARCH_PAGE = 200  # events an incident search reads at a time
+BEAT_S = 1.0  # heartbeat ages are read this often while on screen
+BEATING = ("runners", "overview")  # the views that show heartbeat ages
 
 
 class Lookups:
@@ -66,6 +69,8 @@ class Lookups:
                     await app.source.close()
                     await asyncio.sleep(delay)  # backoff between reconnects
                     delay = min(delay * 2, 5.0)
+            if app.source.clock is None:
+                self.heartbeats()
             if app.live:
                 app.run_worker(app.follower.follow(), group="listen", exit_on_error=False)
             else:
@@ -73,15 +78,24 @@ class Lookups:
 
         app.run_worker(run(), group="boot", exit_on_error=False)
 
-    def heartbeats(self, now: datetime, to: Widget) -> None:
-        """The runners' last heartbeats, for the ages on screen (quiet on failure: the
-        load path reports outages)."""
+    def heartbeats(self) -> None:
+        """Once a second, while a view that shows heartbeat ages is on screen, read the
+        runners' last heartbeats and post them to it (quiet on failure: the load path
+        reports outages). One long-lived worker: a worker a second cost more CPU than
+        the read."""
+        app = self.app
 
         async def run() -> None:
-            with contextlib.suppress(FleetqError):
-                to.post_message(Heartbeats(await self.app.source.heartbeats(), now))
+            while True:
+                await asyncio.sleep(BEAT_S)  # a clock, not synchronisation
+                if app.current not in BEATING or not app.ready or app.frozen:
+                    continue
+                with contextlib.suppress(FleetqError):
+                    beats = await app.source.heartbeats()
+                    if (now := db_clock(app)) is not None:
+                        app.query_one(f"#{app.current}").post_message(Heartbeats(beats, now))
 
-        self.app.run_worker(run(), group="beat", exclusive=True, exit_on_error=False)
+        app.run_worker(run(), group="beat", exclusive=True, exit_on_error=False)
 
     def job_ids(self, where: JobFilter, to: Widget) -> None:
         """Every job matching `where` (mark all that match), however many."""

@@ -8,7 +8,7 @@ big fleet costs one table, not four.
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from textual.css.query import NoMatches
@@ -85,12 +85,9 @@ def view_ready(app: ConsoleApp) -> bool:
 
 def tick(app: ConsoleApp) -> None:
     """Once a second: ages and lease countdowns from database time (the last read's
-    clock plus local monotonic time since); heartbeats are read again for the views that
-    show their ages."""
-    if app.db_now is None:
+    clock plus local monotonic time since)."""
+    if (now := db_clock(app)) is None:
         return
-    then, mono = app.db_now
-    now = then + timedelta(seconds=time.monotonic() - mono)
     try:
         if app.current == "jobs":
             app.query_one(JobsView).tick(now)
@@ -98,8 +95,6 @@ def tick(app: ConsoleApp) -> None:
             app.query_one(RunnersView).tick(now)
         elif app.current == "detail":
             app.query_one(DetailView).tick(now)
-        if app.current in ("runners", "overview") and app.ready and not app.frozen:
-            app.lookups.heartbeats(now, app.query_one(f"#{app.current}"))
     except NoMatches:
         pass  # a tick while the view's widgets are still mounting, or already gone
 
@@ -110,3 +105,10 @@ def focus_view(app: ConsoleApp, name: str) -> None:
     tables = list(app.query_one(f"#{name}").query("DataTable"))
     if tables:
         app.screen_stack[0].set_focus(tables[-1 if name == "detail" else 0])
+
+
+def db_clock(app: ConsoleApp) -> datetime | None:
+    """The database's clock now: the last read's, plus local monotonic time since."""
+    if app.db_now is None:
+        return None
+    return app.db_now[0] + timedelta(seconds=time.monotonic() - app.db_now[1])

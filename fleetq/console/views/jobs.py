@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on
@@ -15,9 +14,10 @@ from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
 from fleetq.console.messages import MarkedAll, OpenJob, Progress
-from fleetq.console.text import age, duration, escape, one_line, plain, state
+from fleetq.console.text import escape, one_line, plain, state
 from fleetq.console.typeahead import focus_now
 from fleetq.console.views.filters import describe_filter, parse_filter
+from fleetq.console.views.job_cells import SORTS, coarse_age, lease, same_page, waiting
 from fleetq.console.views.table import (
     Cell,
     Row,
@@ -27,7 +27,6 @@ from fleetq.console.views.table import (
     sync,
     visible_keys,
 )
-from fleetq.core.eligibility import Explanation
 from fleetq.core.models import Job, JobId, JobState
 from fleetq.core.views import COUNT_CAP, JobFilter, JobPage
 
@@ -110,13 +109,13 @@ class JobsView(Vertical):
 
     def on_resize(self) -> None:
         if self._set_columns() and self.page is not None and self._now is not None:
-            self.show(self.page, self._now)
+            self.show(self.page, self._now, redraw=True)
 
     def action_wide(self) -> None:
         """Every column, or the narrow set, whatever the terminal's width."""
         self.wide = self.columns != tuple(k for k, _ in COLUMNS)
         if self._set_columns() and self.page is not None and self._now is not None:
-            self.show(self.page, self._now)
+            self.show(self.page, self._now, redraw=True)
 
     def _set_columns(self) -> bool:
         """(Re)build the columns for the width; True when they changed."""
@@ -169,10 +168,14 @@ class JobsView(Vertical):
                 self.table.update_cell(str(job), "mark", " ")
         self._status()
 
-    def show(self, page: JobPage, now: datetime) -> None:
-        """Put a fresh page on screen, by key."""
+    def show(self, page: JobPage, now: datetime, *, redraw: bool = False) -> None:
+        """Put a fresh page on screen, by key; an unchanged page redraws nothing (the
+        1 s tick moves its clocks)."""
+        same = not redraw and self.page is not None and same_page(self.page, page)
         self.page = page
         self._now = now
+        if same:
+            return
         self._status()
         if self.marked_where is not None and self.marked_where != page.where:
             self.clear_marks()  # marked as "every match" of a filter no longer shown
@@ -184,7 +187,7 @@ class JobsView(Vertical):
         """s: newest first, oldest first, by state, by lease left, by losses."""
         self.sort = (self.sort + 1) % len(SORTS)
         if self.page is not None and self._now is not None:
-            self.show(self.page, self._now)
+            self.show(self.page, self._now, redraw=True)
         self.notify(f"jobs sorted: {SORTS[self.sort][0]}", timeout=2)
 
     def _status(self) -> None:
@@ -220,14 +223,17 @@ class JobsView(Vertical):
             job = by_id.get(key)
             if job is None:
                 continue
-            for column, value in (("lease", _lease(job, now)), ("age", age(job.created_at, now))):
+            for column, value in (
+                ("lease", lease(job, now)),
+                ("age", coarse_age(job.created_at, now)),
+            ):
                 if column in self.columns and table.get_cell(key, column) != literal(value):
                     table.update_cell(key, column, value)
 
     def _row(self, job: Job, page: JobPage, now: datetime) -> Row:
         why: Cell = ""
         if (explanation := page.waiting.get(job.id)) is not None:
-            why = _waiting(explanation)
+            why = waiting(explanation)
         elif job.retry_at is not None:
             why = Text(
                 f"attempt {job.attempts} at {job.retry_at:%H:%M:%S}, after "
@@ -247,8 +253,8 @@ class JobsView(Vertical):
             "state": state(job.state.value, suffix=label[len(job.state.value) :]),
             "job": plain(f"{job.project}/{job.operation}"),
             "commit": job.commit_sha[:10],
-            "age": age(job.created_at, now),
-            "lease": _lease(job, now),
+            "age": coarse_age(job.created_at, now),
+            "lease": lease(job, now),
             "owner": plain(job.lease_owner or job.reserved_on or ""),
             "token": str(job.lease_version),
             "lost": f"{job.lost_count}/{job.reassign_count}",
@@ -361,38 +367,3 @@ class JobsView(Vertical):
     def _open(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
             self.post_message(OpenJob(JobId(int(event.row_key.value))))
-
-
-def _lease_left(job: Job, now: datetime) -> float:
-    if not job.state.live or job.lease_expires_at is None:
-        return float("inf")
-    return (job.lease_expires_at - now).total_seconds()
-
-
-Order = Callable[[Job, datetime], Any]
-SORTS: tuple[tuple[str, Order | None], ...] = (
-    ("newest first", None),  # the page's own order
-    ("oldest first", lambda j, _now: (j.created_at, j.id)),
-    ("by state", lambda j, _now: (j.state.value, -j.id)),
-    ("least lease left first", lambda j, now: (_lease_left(j, now), -j.id)),
-    ("most lost/reassigned first", lambda j, _now: (-(j.lost_count + j.reassign_count), -j.id)),
-)
-
-
-def _lease(job: Job, now: datetime) -> Cell:
-    if not job.state.live or job.lease_expires_at is None:
-        return ""
-    left = (job.lease_expires_at - now).total_seconds()
-    return Text(duration(left), style="red" if left < 0 else "")
-
-
-def _waiting(explanation: Explanation) -> Text:
-    """Why a queued job waits, short enough for a column: with an eligible runner it is
-    only waiting its turn; with none, the reasons (the full table is in the detail)."""
-    total = len(explanation.runners)
-    if explanation.at_cap:
-        return plain(one_line("; ".join(explanation.at_cap), 80), "yellow")
-    if explanation.eligible:
-        return Text(f"waiting its turn: {len(explanation.eligible)}/{total} runners eligible")
-    parts = ", ".join(f"{n} {group}" for group, n in explanation.counts())
-    return plain(one_line(f"no runner eligible now: {parts or 'none registered'}", 80), "red")
