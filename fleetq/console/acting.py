@@ -8,7 +8,9 @@ login is not offered an action that would fail "permission denied".
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -153,6 +155,14 @@ class Operator:
             markup=False,
         )
 
+    def save_svg(self) -> None:
+        """Save the screen as SVG in $FLEETQ_SCREENSHOTS (default: the current directory)."""
+        app = self.app
+        folder = os.environ.get("FLEETQ_SCREENSHOTS", ".")
+        name = f"fleetq-console-{app.current}-{datetime.now():%Y%m%d-%H%M%S}.svg"
+        path = app.save_screenshot(filename=name, path=folder)
+        app.notify(f"saved {path}", title="screenshot", markup=False)
+
     # ---- runners and schedules ---------------------------------------------------
 
     def runner_state(self, state: str) -> None:
@@ -184,7 +194,7 @@ class Operator:
             app.notify(f"{escape(runner)} is offline", severity="warning", markup=False)
             return
         if target == RunnerState.DRAINING:
-            app.typeahead.hold("the drain form")  # a reason typed at once belongs to it
+            app.hold_keys("the drain form")  # a reason typed at once belongs to it
             self._work(lambda: self._preview_drain(runner))
             return
         verb = "Resume" if target == RunnerState.ACTIVE else "Pause"

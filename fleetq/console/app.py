@@ -10,7 +10,6 @@ bindings; keys typed ahead of their target wait for it (`typeahead`).
 from __future__ import annotations
 
 import getpass
-import os
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -50,7 +49,7 @@ from fleetq.console.reading import Reads
 from fleetq.console.screenful import focus_view, show_overview, tick, view_ready
 from fleetq.console.source import Source
 from fleetq.console.text import escape
-from fleetq.console.typeahead import TypeAhead
+from fleetq.console.typeahead import HOLD_LIMIT_S, TypeAhead
 from fleetq.console.views.detail import DetailView
 from fleetq.console.views.events import EventsView
 from fleetq.console.views.jobs import JobsView
@@ -176,6 +175,11 @@ class ConsoleApp(App[None]):
                 return
         await super().on_event(event)
 
+    def hold_keys(self, why: str) -> None:
+        """Hold the keys read from now on for `why`, at most HOLD_LIMIT_S."""
+        self.typeahead.hold(why)
+        self.set_timer(HOLD_LIMIT_S, self.release_keys)
+
     def release_keys(self) -> None:
         """The held keys' target is ready. They are routed when this message is read,
         after any key read before it (so they keep their order)."""
@@ -234,10 +238,7 @@ class ConsoleApp(App[None]):
     @on(Missing)
     @while_open
     def _missing(self, missing: Missing) -> None:
-        if self.detail_job == missing.job_id:
-            self.detail_job = None
-            self.query_one(DetailView).clear(f"no job {missing.job_id}")
-            self.notify(f"no job {missing.job_id}", severity="error", markup=False)
+        self.reads.missing(missing)
 
     def status(self) -> None:
         self.screen_stack[0].set_class(self.stale_since is not None, "stale")
@@ -267,7 +268,7 @@ class ConsoleApp(App[None]):
             self.query_one(EventsView).draw()
         focus_view(self, name)
         if self.ready and self.stale_since is None and not view_ready(self):
-            self.typeahead.hold(f"the {name} view's rows")
+            self.hold_keys(f"the {name} view's rows")
         self.status()
         self.post_message(Hint())
 
@@ -319,7 +320,7 @@ class ConsoleApp(App[None]):
             elif command.view:
                 self.action_view(command.view)
 
-        self.typeahead.hold("the command line")
+        self.hold_keys("the command line")
         self.push_screen(CommandLine(), chosen)
 
     def action_reload(self) -> None:  # r
@@ -338,11 +339,8 @@ class ConsoleApp(App[None]):
         self.operator.copy()
 
     def action_save_svg(self) -> None:
-        """Save the screen as SVG in $FLEETQ_SCREENSHOTS (default: the current directory)."""
-        folder = os.environ.get("FLEETQ_SCREENSHOTS", ".")
-        name = f"fleetq-console-{self.current}-{datetime.now():%Y%m%d-%H%M%S}.svg"
-        path = self.save_screenshot(filename=name, path=folder)
-        self.notify(f"saved {path}", title="screenshot", markup=False)
+        """Ctrl-s: the screen as SVG in $FLEETQ_SCREENSHOTS (default: here)."""
+        self.operator.save_svg()
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -246,10 +246,10 @@ def hour_text(kinds: list[tuple[str, int, datetime]]) -> Text:
     for kind, meaning in INCIDENT_KINDS.items():
         n, last = counts.pop(kind, (0, None))
         text.append("▲ " if n else "  ", style="bold")
-        text.append(f"{kind:16} {n:6}  {meaning:44}", style="bold" if n else "")
+        text.append(f"{kind:18} {n:6}  {meaning:44}", style="bold" if n else "")
         text.append(f"   last at {last:%H:%M:%S}\n" if last else "\n")
     for kind, (n, last) in counts.items():
-        text.append(f"  {kind:16} {n:6}  {'':44}   last at {last:%H:%M:%S}\n")
+        text.append(f"  {kind:18} {n:6}  {'':44}   last at {last:%H:%M:%S}\n")
     text.rstrip()
     return text
 

@@ -18,6 +18,7 @@ from fleetq.console.messages import Health, Hint, Loaded, Missing
 from fleetq.console.screenful import show_loaded, view_ready
 from fleetq.console.source import Source
 from fleetq.console.text import escape
+from fleetq.console.views.detail import DetailView
 from fleetq.core.errors import FleetqError, NotFound
 from fleetq.core.models import JobId
 from fleetq.core.views import JobFilter
@@ -146,11 +147,11 @@ class Reads:
             app.stale_since = None
             app.ready = True
             app.status()
+        if view_ready(app):
+            app.release_keys()  # even with a read due: a busy fleet always has one
         if self._again is not None:
             again, self._again = self._again, None
             self.hint(again)
-        elif view_ready(app):
-            app.release_keys()
 
     def _retry(self) -> None:
         """After a failed load: run what was due, else try again in a second (a load can
@@ -178,3 +179,11 @@ class Reads:
                 markup=False,
             )
         app.status()
+
+    def missing(self, missing: Missing) -> None:
+        """The detail's job does not exist: say so where it would be."""
+        app = self.app
+        if app.detail_job == missing.job_id:
+            app.detail_job = None
+            app.query_one(DetailView).clear(f"no job {missing.job_id}")
+            app.notify(f"no job {missing.job_id}", severity="error", markup=False)

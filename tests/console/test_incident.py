@@ -18,6 +18,8 @@ from textual.widgets import Button, DataTable, Input, Static
 from textual.widgets._footer import FooterKey
 
 from fleetq.console.dialogs import DrainForm, Help
+from fleetq.console.messages import Hint
+from fleetq.console.typeahead import HOLD_LIMIT_S
 from fleetq.console.views.detail import DetailView
 from fleetq.console.views.jobs import JobsView
 from fleetq.console.views.lanes import lane_panel
@@ -331,12 +333,17 @@ async def test_mark_all_matching_then_cancel_in_bulk_names_count_and_filter(
         body = str(app.screen.body)  # type: ignore[attr-defined]
         assert "Cancel 520 jobs matching state:queued project:tools" in body
         await pilot.press("y")
-        await until(pilot, lambda: not app.busy and not view.marked)
-        with connect(dsn) as conn:
-            (left,) = conn.execute(
-                "SELECT count(*) FROM fleetq.jobs WHERE state = 'queued' AND project = 'tools'"
-            ).fetchone()  # type: ignore[misc]
-        assert left == 0
+
+        def left() -> int:
+            with connect(dsn) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM fleetq.jobs WHERE state = 'queued' AND project = 'tools'"
+                ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        await until(pilot, lambda: left() == 0, deadline=30)
+        assert not view.marked
 
 
 async def test_latest_events_name_runners_apart_from_submitters(
@@ -428,3 +435,26 @@ async def test_the_jobs_status_counts_the_filter_it_shows(
         page = app.query_one(JobsView).page
         assert page is not None
         assert status.startswith(f"{len(page.jobs)} of {page.total} jobs (state:queued;")
+
+
+async def test_held_keys_go_on_a_busy_fleet_and_after_the_limit(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before (found driving the demo in tmux): with a read always due on a busy
+    fleet, keys held for a view were released only when another key came, so Esc in a
+    job's detail did nothing. A hold now ends when the view shows, or at its limit."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        app.hold_keys("a target that never gets ready")
+        burst(pilot, "5")
+        await pilot.pause(0.2)
+        assert app.current == "overview"  # held
+        await until(pilot, lambda: app.current == "runners", deadline=HOLD_LIMIT_S + 2)
+        app.post_message(Hint())
+        burst(pilot, "3")  # while a read is in flight and another due
+        app.post_message(Hint())
+        burst(pilot, "j")
+        await until(pilot, lambda: app.current == "jobs" and not app.typeahead.holding)
+        assert app.query_one(JobsView).table.cursor_row == 1
