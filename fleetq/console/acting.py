@@ -26,6 +26,7 @@ from fleetq.console.views.runners import RunnersView
 from fleetq.console.views.schedules import SchedulesView
 from fleetq.core.errors import FleetqError
 from fleetq.core.models import JobId, RunnerState
+from fleetq.core.views import JobFilter
 
 if TYPE_CHECKING:
     from fleetq.console.app import ConsoleApp
@@ -91,6 +92,7 @@ class Operator:
         app = self.app
         hidden = 0
         matching = ""
+        where = None
         if app.current == "detail":
             targets = [app.detail_job] if app.detail_job is not None else []
             shown = app.query_one(DetailView).detail
@@ -99,8 +101,8 @@ class Operator:
             view = app.query_one(JobsView)
             targets, hidden = view.targets()
             known = {j.id: j.state for j in view.page.jobs} if view.page is not None else {}
-            if view.marked_where is not None:
-                matching = describe_filter(view.marked_where) or "no filter: every job"
+            if (where := view.marked_where) is not None:
+                matching = describe_filter(where) or "no filter: every job"
         left_alone = f" {hidden} marked job(s) the filter hides are left alone." if hidden else ""
         if not targets:
             app.notify("no job selected" + (f":{left_alone}" if hidden else ""), severity="warning")
@@ -115,17 +117,24 @@ class Operator:
 
         def answered(yes: bool | None) -> None:
             if yes and self.allowed("cancel_jobs"):  # it may have gone stale since
-                self._work(lambda: self._cancel(targets))
+                self._work(lambda: self._cancel(targets, where))
                 if app.current == "jobs":
                     app.query_one(JobsView).clear_marks()  # done with: they do not linger
 
         app.push_screen(Confirm(title, body), answered)
 
-    async def _cancel(self, targets: list[JobId]) -> None:
+    async def _cancel(self, targets: list[JobId], where: JobFilter | None) -> None:
+        """Cancel `targets`; marked as every match of `where`, only those that still
+        match it (a job marked queued that has started since is not cancelled unseen)."""
         app = self.app
-        total = len(targets)
         jobs = app.query_one(JobsView)
+        moved = 0
         try:
+            if where is not None:
+                still = set(await app.source.job_ids(where))
+                moved = sum(t not in still for t in targets)
+                targets = [t for t in targets if t in still]
+            total = len(targets)
             results = await app.source.cancel(
                 targets, app.actor, lambda done: jobs.post_message(Progress(done, total))
             )
@@ -134,7 +143,10 @@ class Operator:
             return
         pending = sum(r.stop_pending for r in results)
         changed = sum(r.previous_state != r.state for r in results)
-        app.post_message(Acted(f"cancelled {changed} of {total} job(s); {pending} stop(s) pending"))
+        left = f"; {moved} no longer matched the filter, left alone" if moved else ""
+        app.post_message(
+            Acted(f"cancelled {changed} of {total} job(s); {pending} stop(s) pending{left}")
+        )
 
     def copy(self) -> None:
         """Copy the selected job's id and commit (OSC 52: the terminal must allow it)."""

@@ -328,6 +328,13 @@ async def test_mark_all_matching_then_cancel_in_bulk_names_count_and_filter(
         assert view.page is not None and len(view.page.jobs) == 500
         await pilot.press("A")
         await until(pilot, lambda: len(view.marked) == 520)
+        with connect(dsn, autocommit=True) as conn:  # one starts after it was marked
+            conn.execute(
+                "UPDATE fleetq.jobs SET state = 'claimed', lease_owner = 'build-1/r1', "
+                "lease_version = 1, lease_expires_at = clock_timestamp() + interval '1 h', "
+                "claimed_at = clock_timestamp() WHERE id = $1",
+                [max(view.marked)],
+            )
         await pilot.press("C")
         await pilot.pause()
         body = str(app.screen.body)  # type: ignore[attr-defined]
@@ -344,6 +351,11 @@ async def test_mark_all_matching_then_cancel_in_bulk_names_count_and_filter(
 
         await until(pilot, lambda: left() == 0, deadline=30)
         assert not view.marked
+        with connect(dsn) as conn:  # marked while queued, claimed since: not cancelled unseen
+            (state,) = conn.execute(
+                "SELECT state FROM fleetq.jobs WHERE project = 'tools' ORDER BY id DESC LIMIT 1"
+            ).fetchone()  # type: ignore[misc]
+        assert state == "claimed"
 
 
 async def test_latest_events_name_runners_apart_from_submitters(
