@@ -322,6 +322,10 @@ async def _launch(
                 limits=op.limits,
             )
     finally:
+        if opened is not None:
+            # a launch that failed before its start report still holds the job's row:
+            # the outcome below would wait on it (once closed, this is a no-op)
+            await opened.close(commit=False)
         # what is left is shipped before the outcome (so `fleetq logs` ends with it),
         # but never holds the outcome up for long
         ended.set()

@@ -48,13 +48,17 @@ def test_a_check_that_could_not_run_is_an_error_not_a_failure(
             b"UPDATE fleetq.operations SET command = 'fleetq-no-such-program --x' "
             b"WHERE name = 'chatty'"
         )
-        start_runner()
+        runner = start_runner()
         red = _submit(conn, "check", repo.head)  # check.py exits 9 at head: a red test
         wait_until(lambda: job_state(conn, red) == "failed", what="the red test")
         assert _result(fleet_dsn, repo.head)[0] == 1
 
         missing = _submit(conn, "chatty", repo.old)
-        wait_until(lambda: job_state(conn, missing) == "failed", what="the launch to fail")
+        wait_until(
+            lambda: job_state(conn, missing) == "failed",
+            what="the launch to fail",
+            show=lambda: f"state {job_state(conn, missing)}\n{runner.output()[-3000:]}",
+        )
         code, out = _result(fleet_dsn, repo.old, "chatty")
         assert code == 3 and "error" in out and "fleetq-no-such-program" in out, out
 
