@@ -8,6 +8,7 @@ holds no business logic: it opens connections and maps exceptions, with the caus
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import TupleRow
+from psycopg.types.json import set_json_loads
 
 from fleetq.core.errors import (
     BY_SQLSTATE,
@@ -30,6 +32,33 @@ SyncConnection: TypeAlias = psycopg.Connection[TupleRow]
 
 CONNECT_TIMEOUT_S = 10
 STATEMENT_TIMEOUT_MS = 30_000
+
+
+class UnreadableJSON(str):
+    """A JSON value PostgreSQL stored and Python cannot read (an integer of thousands of
+    digits, nesting past the interpreter's recursion limit): a string saying so.
+
+    Why: one such value raised while a row was decoded, so a runner claiming a batch
+    with one poison payload in it lost the whole batch and exited, and did so again on
+    every restart, and `fleetq jobs` exited 70. Decoded to this, the row reads: readers
+    show the string, and the claim's model, which wants an object, refuses that row
+    alone (the runner ends that job `refused`, saying why)."""
+
+    __slots__ = ()
+
+    @property
+    def why(self) -> str:
+        return self[1:-1]
+
+
+def read_json(text: str | bytes) -> object:
+    """`json.loads`, or `UnreadableJSON` where Python cannot hold what was stored."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        return UnreadableJSON("<JSON nested too deeply to read>")
+    except ValueError as exc:
+        return UnreadableJSON(f"<JSON Python cannot read: {str(exc).split(';')[0][:120]}>")
 
 
 def resolve_dsn(explicit: str | None = None) -> str:
@@ -221,5 +250,6 @@ def connect(dsn: str, *, autocommit: bool = False) -> Iterator[SyncConnection]:
             options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
             application_name="fleetq",
         )
+        set_json_loads(read_json, conn)
         with conn:
             yield conn

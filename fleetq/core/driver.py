@@ -19,9 +19,17 @@ import asyncpg
 import psycopg
 from asyncpg.pool import PoolConnectionProxy
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 
 from fleetq.core import errors
-from fleetq.core.db import as_uri, each_host, misnamed, read_only_message, target_session_attrs
+from fleetq.core.db import (
+    as_uri,
+    each_host,
+    misnamed,
+    read_json,
+    read_only_message,
+    target_session_attrs,
+)
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -202,7 +210,7 @@ def server_guard(dsn: str) -> ServerGuard | None:
 async def prepare_asyncpg(conn: asyncpg.Connection) -> None:
     """Decode json/jsonb to Python values on an asyncpg connection (pools call this too)."""
     for name in ("json", "jsonb"):
-        await conn.set_type_codec(name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+        await conn.set_type_codec(name, encoder=json.dumps, decoder=read_json, schema="pg_catalog")
 
 
 class PsycopgDriver:
@@ -223,6 +231,7 @@ class PsycopgDriver:
                 cursor_factory=psycopg.AsyncRawCursor,
                 application_name="fleetq",
             )
+        set_json_loads(read_json, conn)
         return cls(conn)
 
     async def fetch(

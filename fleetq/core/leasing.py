@@ -52,6 +52,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from fleetq.core import queries
+from fleetq.core.db import UnreadableJSON
 from fleetq.core.driver import Driver
 from fleetq.core.errors import InvalidInput, StaleLease
 from fleetq.core.models import (
@@ -118,6 +119,8 @@ def _problem(error: ErrorDetails) -> str:
 def _json_kind(value: object) -> str:
     if value is None:
         return "null"
+    if isinstance(value, UnreadableJSON):
+        return value.why
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int | float):

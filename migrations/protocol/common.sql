@@ -93,6 +93,39 @@ AS $function$
     SELECT p_forgotten_at IS NULL OR p_last_heartbeat > p_forgotten_at
 $function$;
 
+-- What is wrong with a payload, or NULL: it must be a JSON object within `p_limit` bytes
+-- (its jsonb text), nest at most 100 levels and hold no number over 1,000 characters.
+-- What the HTTP API's JSON reader refuses, refused for every caller: through SQL a
+-- submitter stored an integer of 5,000 digits and arrays nested 1,100 deep, which
+-- Python cannot decode, and every runner claiming the job exited. The scans run only
+-- on a payload long enough to hold such a number or such nesting.
+CREATE OR REPLACE FUNCTION fleetq.payload_problem(p_payload jsonb, p_limit integer)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
+DECLARE
+    v_bytes integer;
+BEGIN
+    IF jsonb_typeof(p_payload) IS DISTINCT FROM 'object' THEN
+        RETURN 'payload must be a JSON object';
+    END IF;
+    v_bytes := octet_length(p_payload::text);
+    IF v_bytes > p_limit THEN
+        RETURN format('payload is %s bytes, over the limit of %s', v_bytes, p_limit);
+    END IF;
+    IF v_bytes > 200 AND jsonb_path_exists(p_payload, 'strict $.**{101}') THEN
+        RETURN 'payload nests more than 100 levels deep';
+    END IF;
+    IF v_bytes > 1000 AND EXISTS (
+           SELECT 1 FROM jsonb_path_query(p_payload, 'strict $.** ? (@.type() == "number")') n
+           WHERE length(n::text) > 1000) THEN
+        RETURN 'payload holds a number over 1,000 characters long';
+    END IF;
+    RETURN NULL;
+END;
+$function$;
+
 -- A name or key a job carries (node, idempotency key, task, identity): NULL, or 1 to 256
 -- bytes with no control character (C0, DEL, C1). What the HTTP API refuses, refused for
 -- every caller: through SQL a submitter stored a 100 MiB node and terminal escapes.

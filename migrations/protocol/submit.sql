@@ -28,6 +28,7 @@ DECLARE
     v_waiting boolean := false;
     v_failed_id bigint;
     v_failed_state text;
+    v_problem text;
 BEGIN
     SELECT release_gate INTO v_gate FROM fleetq.projects WHERE name = p_project;
     IF NOT FOUND THEN
@@ -46,17 +47,14 @@ BEGIN
     IF p_commit IS NULL OR p_commit !~ '^[0-9a-f]{40}$' THEN
         RAISE EXCEPTION 'commit must be a full 40-character hex SHA' USING ERRCODE = 'FQ003';
     END IF;
-    IF jsonb_typeof(coalesce(p_payload, '{}')) <> 'object' THEN
-        RAISE EXCEPTION 'payload must be a JSON object' USING ERRCODE = 'FQ003';
+    v_problem := fleetq.payload_problem(coalesce(p_payload, '{}'), v_limit);
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION '%', v_problem USING ERRCODE = 'FQ003';
     END IF;
     PERFORM fleetq.refuse_bad_text(p_requested_node, 'requested node');
     PERFORM fleetq.refuse_bad_text(p_idempotency_key, 'idempotency key');
     PERFORM fleetq.refuse_bad_text(p_task_id, 'task id');
     PERFORM fleetq.refuse_bad_text(p_submitted_by, 'submitting identity');
-    IF octet_length(p_payload::text) > v_limit THEN
-        RAISE EXCEPTION 'payload is % bytes, over the limit of %', octet_length(p_payload::text),
-            v_limit USING ERRCODE = 'FQ003';
-    END IF;
     IF cardinality(v_after) > 0 THEN
         SELECT array_agg(a) INTO v_unknown FROM unnest(v_after) AS a
         WHERE NOT EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = a);
@@ -324,11 +322,7 @@ BEGIN
                           THEN format('operation %s/%s was removed', i.project, i.operation)
                       WHEN i.commit_sha IS NULL OR i.commit_sha !~ '^[0-9a-f]{40}$'
                           THEN 'commit must be a full 40-character hex SHA'
-                      WHEN jsonb_typeof(i.payload) <> 'object'
-                          THEN 'payload must be a JSON object'
-                      WHEN octet_length(i.payload::text) > v_limit
-                          THEN format('payload is %s bytes, over the limit of %s',
-                                      octet_length(i.payload::text), v_limit)
+                      WHEN pp.payload IS NOT NULL THEN pp.payload
                       WHEN fleetq.bad_text(i.key) OR fleetq.bad_text(i.node)
                            OR fleetq.bad_text(i.task)
                           THEN 'an idempotency key, node or task is empty, over 256 bytes or '
@@ -339,7 +333,9 @@ BEGIN
           FROM unnest(p_projects, p_operations, p_commits, p_keys, p_payloads, p_nodes,
                       p_tasks)
                WITH ORDINALITY AS i(project, operation, commit_sha, key, payload, node, task, n)
-          LEFT JOIN fleetq.operations o ON o.project = i.project AND o.name = i.operation) c
+          LEFT JOIN fleetq.operations o ON o.project = i.project AND o.name = i.operation
+          CROSS JOIN LATERAL fleetq.payload_problem(coalesce(i.payload, '{}'), v_limit)
+              AS pp(payload)) c
     WHERE c.problem IS NOT NULL
     ORDER BY c.n LIMIT 1;
     IF FOUND THEN

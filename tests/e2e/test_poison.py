@@ -19,7 +19,17 @@ from tests.e2e import test_runner
 from tests.e2e.conftest import Repo, RunnerProcess, StartRunner, job_state, wait_until
 from tests.e2e.test_adoption import ADOPT, _launched_without_a_start_report
 
-BAD_PAYLOADS = ("[1,2,3]", '"text"', "null", "42")
+# as SQL: not an object; and objects Python cannot decode (an integer past its 4,300
+# digits, arrays nested past its recursion limit), which made the claim's whole batch
+# unreadable and the runner exit, as a list payload once did
+BAD_PAYLOADS = (
+    "'[1,2,3]'",
+    """'"text"'""",
+    "'null'",
+    "'42'",
+    """'{"a":1' || repeat('0', 5000) || '}'""",
+    """'{"a":' || repeat('[', 1100) || repeat(']', 1100) || '}'""",
+)
 # handler specs that name nothing loadable: no such function; no module at all (the
 # import machinery answers this one with a ValueError, not an ImportError)
 BAD_HANDLERS = {"ghost": "tests.handlers:no_such_handler", "blank": ":nothing"}
@@ -30,10 +40,10 @@ def _submit(conn: SyncConnection, operation: str, commit: str) -> int:
 
 
 def _poison(conn: SyncConnection, operation: str, commit: str, payload: str) -> int:
-    """A job submitted as any other, whose stored payload is then not an object."""
+    """A job submitted as any other, whose stored payload is then `payload` (SQL)."""
     job = _submit(conn, operation, commit)
     conn.execute(
-        f"UPDATE fleetq.jobs SET payload = '{payload}'::jsonb WHERE id = $1".encode(), [job]
+        f"UPDATE fleetq.jobs SET payload = ({payload})::jsonb WHERE id = $1".encode(), [job]
     )
     return job
 

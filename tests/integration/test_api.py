@@ -780,3 +780,20 @@ def test_a_job_whose_payload_is_not_an_object_is_still_read(
     assert read.json()["payload"] == json.loads(stored)
     result = api.get(f"/v1/results/webapp/{sha}", headers=ci)
     assert result.status_code == 200 and result.json()["status"] == "pending", result.text
+
+
+def test_a_job_whose_payload_python_cannot_read_is_still_read(
+    api: httpx.Client, token: Token, admin: SyncConnection, sha: str
+) -> None:
+    """A 5,000-digit integer, stored before submit refused it: Python's JSON reader
+    raises on it, and the read answered 500."""
+    ci = _auth(token("submitter", "ci-bot"))
+    job = api.post("/v1/jobs", json=_job(commit=sha, payload={"n": 1}), headers=ci).json()
+    admin.execute(
+        """UPDATE fleetq.jobs SET payload = ('{"a":1' || repeat('0', 5000) || '}')::jsonb"""
+        " WHERE id = $1",
+        [job["job_id"]],
+    )
+    read = api.get(f"/v1/jobs/{job['job_id']}", headers=ci)
+    assert read.status_code == 200, read.text
+    assert read.json()["payload"].startswith("<JSON Python cannot read"), read.text[:300]

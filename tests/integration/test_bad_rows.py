@@ -172,3 +172,29 @@ def test_the_cli_lists_and_explains_a_bad_row(cli: Cli, sync_conn: SyncConnectio
         assert code == 0 and json.loads(out)["job_id"] == job, err
     code, out, err = cli("result", "tools", SHA, "--json")
     assert code == 2 and json.loads(out)[0]["job_id"] == ids[-1], err
+
+
+UNREADABLE = {
+    "a 5,000-digit number": """'{"a":1' || repeat('0', 5000) || '}'""",
+    "arrays 1,100 deep": """'{"a":' || repeat('[', 1100) || repeat(']', 1100) || '}'""",
+}
+
+
+@pytest.mark.parametrize("shape", list(UNREADABLE))
+def test_a_payload_python_cannot_read_is_shown_as_such(
+    shape: str, cli: Cli, sync_conn: SyncConnection
+) -> None:
+    """Stored before submit refused it: `fleetq jobs` and `explain` exited 70 on it."""
+    code, out, err = cli("submit", "tools", "lint", "--commit", SHA, "--json")
+    assert code == 0, err
+    job = json.loads(out)["job_id"]
+    sync_conn.execute(
+        f"UPDATE fleetq.jobs SET payload = ({UNREADABLE[shape]})::jsonb WHERE id = $1".encode(),
+        [job],
+    )
+    code, out, err = cli("jobs", "--json")
+    assert code == 0, err
+    (listed,) = json.loads(out)
+    assert listed["payload"].startswith("<JSON "), listed["payload"][:200]
+    code, out, err = cli("explain", str(job))
+    assert code == 0 and "runners eligible" in out, err

@@ -5,6 +5,7 @@ schedules': before 0031)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -165,6 +166,10 @@ BAD_SUBMITS = {
     "a C1 control in the task": ("{}", None, None, "task\x9b31m"),
     "a huge node": ("{}", "n" * 10_000, None, None),
     "an empty key": ("{}", None, "", None),
+    # what Python cannot decode: every runner claiming such a job exited (a later review)
+    "a 5,000-digit number": ('{"a": 1' + "0" * 5000 + "}", None, None, None),
+    "arrays 1,100 deep": ('{"a": ' + "[" * 1100 + "]" * 1100 + "}", None, None, None),
+    "objects 101 deep": ('{"a": ' * 101 + "1" + "}" * 101, None, None, None),
 }
 
 
@@ -193,6 +198,20 @@ def test_the_database_refuses_what_the_api_refuses(
         )
     row = sync_conn.execute(b"SELECT count(*) FROM fleetq.jobs").fetchone()
     assert row == (0,)
+
+
+def test_the_database_takes_what_python_reads(login: Login, sync_conn: SyncConnection) -> None:
+    """The bounds refuse only what cannot be read: 100 levels and a 1,000-digit number go."""
+    deep = '{"a": ' * 99 + '{"n": ' + "9" * 1000 + "}" + "}" * 99
+    with connect(login(roles.Kind.SUBMITTER, "ci-bot")) as conn:
+        conn.execute(
+            "SELECT * FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, NULL, $2::jsonb, "
+            "NULL, NULL)",
+            [SHA, deep],
+        )
+        conn.commit()
+    row = sync_conn.execute(b"SELECT payload FROM fleetq.jobs").fetchone()
+    assert row is not None and json.dumps(row[0]).count("{") == 100
 
 
 def test_a_bulk_submit_is_capped(login: Login) -> None:
