@@ -24,9 +24,13 @@ BEGIN
         RAISE EXCEPTION 'wait on at most 1000 jobs at once (got %)', cardinality(p_jobs)
             USING ERRCODE = 'FQ003';
     END IF;
+    DELETE FROM fleetq.job_watchers w WHERE w.pid = pg_backend_pid();
+    -- the rows of sessions that are gone, but none another transaction holds: a waiter
+    -- that removed them in a transaction it kept open made every other waiter wait
     DELETE FROM fleetq.job_watchers w
-    WHERE w.pid = pg_backend_pid()
-       OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid);
+    WHERE (w.job_id, w.pid) IN (SELECT d.job_id, d.pid FROM fleetq.job_watchers d
+        WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = d.pid)
+        FOR UPDATE SKIP LOCKED);
     INSERT INTO fleetq.job_watchers (job_id, pid)
     SELECT DISTINCT j, pg_backend_pid() FROM unnest(p_jobs) AS j
     ON CONFLICT DO NOTHING;

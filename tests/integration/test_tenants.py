@@ -251,3 +251,25 @@ def test_every_refusal_exits_77(
     extra = ("--password-file", str(tmp_path / "evil.pgpass")) if "add-reader" in argv else ()
     code = fleetq(["--dsn", login(kind, subject), *argv, *extra])
     assert code == 77, capsys.readouterr().err
+
+
+def test_a_waiter_holding_what_it_cleaned_up_blocks_no_other_waiter(
+    login: Login, sync_conn: SyncConnection
+) -> None:
+    """`watch_jobs` removes the rows of waiters that are gone; a reader calling it in a
+    transaction it keeps open held them, and every other `fleetq wait` then waited on it
+    (until its lock timeout, then failed)."""
+    job = _job(sync_conn)
+    reader = login(roles.Kind.READER, "someone")
+    watch = "SELECT * FROM fleetq.watch_jobs(ARRAY[$1::bigint])"
+    with connect(reader, autocommit=True) as gone:  # a waiter that ends: its row stays
+        gone.execute(watch.encode(), [job])
+    with connect(reader) as holder, connect(reader, autocommit=True) as victim:
+        holder.execute(watch.encode(), [job])  # deletes the row of the one gone; stays open
+        victim.execute(b"SET lock_timeout = '5s'")
+        (row,) = victim.execute(watch.encode(), [job]).fetchall()  # not 55P03
+        assert row == (job, "queued")
+        holder.commit()
+        victim.execute(watch.encode(), [job])  # the gone one's row goes, the living stay
+        watching = sync_conn.execute(b"SELECT count(*) FROM fleetq.job_watchers").fetchone()
+        assert watching == (2,)  # the holder's and the victim's
