@@ -24,6 +24,7 @@ from fleetq.core.errors import (
     BY_SQLSTATE,
     ConfigError,
     ConnectionFailed,
+    DatabaseBusy,
     FleetqError,
     ReadOnlyServer,
 )
@@ -225,11 +226,22 @@ def wrap_errors() -> Iterator[None]:
         raise _general(exc) from exc
 
 
+# lock_not_available (lock_timeout), serialization_failure, deadlock_detected
+BUSY_STATES = frozenset({"55P03", "40001", "40P01"})
+
+
+def busy(sqlstate: object) -> bool:
+    """Whether the server refused for now: a lock, a conflict, or resources (class 53)."""
+    return isinstance(sqlstate, str) and (sqlstate in BUSY_STATES or sqlstate[:2] == "53")
+
+
 def _general(exc: psycopg.Error) -> FleetqError:
     """A driver error fleetq's protocol did not raise (a refusal of its own, such as a
     table this login may not touch, is in BY_SQLSTATE), by its kind."""
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
         return ReadOnlyServer(read_only_message(exc))
+    if busy(exc.sqlstate):  # before OperationalError: a lock timeout is not an outage
+        return DatabaseBusy(f"database busy: {exc.diag.message_primary or exc}")
     if isinstance(exc, psycopg.OperationalError):
         if misnamed(exc):  # the DSN is wrong: retrying will not help
             return ConfigError(f"the DSN names what the server does not have: {exc}")

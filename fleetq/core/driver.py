@@ -24,6 +24,7 @@ from psycopg.types.json import set_json_loads
 from fleetq.core import errors
 from fleetq.core.db import (
     as_uri,
+    busy,
     each_host,
     misnamed,
     read_json,
@@ -32,10 +33,6 @@ from fleetq.core.db import (
 )
 
 DEFAULT_TIMEOUT_S = 30.0
-
-
-# lock_not_available (lock_timeout), serialization_failure, deadlock_detected
-_BUSY_STATES = frozenset({"55P03", "40001", "40P01"})
 
 
 class Driver(Protocol):
@@ -69,7 +66,7 @@ def map_error(exc: BaseException) -> errors.FleetqError | None:
             f"no server in the DSN accepts writes ({exc}): a failover is under way, or the "
             "primary is not among the DSN's hosts"
         )
-    if isinstance(sqlstate, str) and (sqlstate in _BUSY_STATES or sqlstate[:2] == "53"):
+    if busy(sqlstate):
         return errors.DatabaseBusy(f"database busy: {_primary_message(exc)}")
     if isinstance(exc, ValueError):
         # asyncpg's DataError and ClientConfigurationError: arguments fleetq passed

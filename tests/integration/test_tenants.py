@@ -14,7 +14,8 @@ import pytest
 
 from fleetq.cli.main import main as fleetq
 from fleetq.core import roles
-from fleetq.core.db import SyncConnection, connect
+from fleetq.core.db import SyncConnection, connect, wrap_errors
+from fleetq.core.errors import DatabaseBusy
 from tests.fleet import OTHER_SHA, SHA
 from tests.integration.conftest import Login
 
@@ -273,3 +274,17 @@ def test_a_waiter_holding_what_it_cleaned_up_blocks_no_other_waiter(
         victim.execute(watch.encode(), [job])  # the gone one's row goes, the living stay
         watching = sync_conn.execute(b"SELECT count(*) FROM fleetq.job_watchers").fetchone()
         assert watching == (2,)  # the holder's and the victim's
+
+
+def test_a_lock_not_had_in_time_is_busy_not_an_outage(
+    db_dsn: str, sync_conn: SyncConnection
+) -> None:
+    """What the CLI said of a login's lock timeout: "database unreachable or connection
+    lost" (exit 69, as for an outage)."""
+    job = _job(sync_conn)
+    with connect(db_dsn) as holder, connect(db_dsn) as waiter:
+        holder.execute(b"SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [job])
+        waiter.execute(b"SET lock_timeout = '50ms'")
+        busy = pytest.raises(DatabaseBusy, match="database busy: canceling statement due to lock")
+        with busy, wrap_errors():
+            waiter.execute(b"SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [job])
