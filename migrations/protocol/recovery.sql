@@ -60,16 +60,26 @@ DECLARE
     v_free text[];
     v_expired bigint[];
     v_reserved text[];
+    v_leader boolean;
 BEGIN
-    -- One leader per moment: the reaper's row, locked to the end of the pass. A row lock
-    -- needs UPDATE on the table, which only fleetq's functions have (an advisory key was
-    -- anyone's: a reader holding it stalled expiry, schedules, samples and retries).
+    -- One leader per moment: the reaper's row, locked to the end of the pass, dated by
+    -- each pass. A row lock needs UPDATE on the table, which only fleetq's functions have
+    -- (an advisory key was anyone's: a reader holding it stalled expiry, schedules,
+    -- samples and retries).
     PERFORM 1 FROM fleetq.coordination WHERE name = 'reaper' FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
+    v_leader := FOUND;
+    IF v_leader THEN
+        UPDATE fleetq.coordination SET taken_at = clock_timestamp() WHERE name = 'reaper';
+        PERFORM fleetq.recount_reservations();
+    ELSIF EXISTS (SELECT 1 FROM fleetq.coordination WHERE name = 'reaper'
+                  AND taken_at > clock_timestamp() - interval '10 seconds') THEN
         RETURN QUERY SELECT 0, 0, false;
         RETURN;
     END IF;
-    PERFORM fleetq.recount_reservations();
+    -- Past here without the row, no pass has ended in 10 s: a runner login can call reap
+    -- in a transaction it keeps open and hold the row. Expiry goes on without a leader
+    -- (each expired lease is taken by one reaper: SKIP LOCKED below); the leader's other
+    -- duties (recounts, samples, retries) wait for a leader.
     SELECT array_agg(e.id), array_agg(e.reserved_on) INTO v_expired, v_reserved
     FROM (SELECT j.id, j.reserved_on
           FROM fleetq.jobs j
@@ -79,7 +89,7 @@ BEGIN
           LIMIT p_limit
           FOR UPDATE SKIP LOCKED) e;
     IF v_expired IS NULL THEN
-        RETURN QUERY SELECT 0, 0, true;
+        RETURN QUERY SELECT 0, 0, v_leader;
         RETURN;
     END IF;
     -- a handler may run on past its lease (frozen): its execution is recorded open now,
@@ -107,7 +117,7 @@ BEGIN
     FROM moved m;
 
     IF v_ids IS NULL THEN
-        RETURN QUERY SELECT 0, 0, true;
+        RETURN QUERY SELECT 0, 0, v_leader;
         RETURN;
     END IF;
     -- Give back what the owners it can lock now reserved; an owner whose row another
@@ -138,7 +148,7 @@ BEGIN
     END IF;
     PERFORM pg_notify('fleetq_work', lane) FROM (SELECT DISTINCT unnest(v_lanes) AS lane) l;
     RETURN QUERY SELECT cardinality(v_ids) - coalesce(cardinality(v_failed), 0),
-                        coalesce(cardinality(v_failed), 0), true;
+                        coalesce(cardinality(v_failed), 0), v_leader;
 END;
 $function$;
 

@@ -288,3 +288,33 @@ def test_a_lock_not_had_in_time_is_busy_not_an_outage(
         busy = pytest.raises(DatabaseBusy, match="database busy: canceling statement due to lock")
         with busy, wrap_errors():
             waiter.execute(b"SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [job])
+
+
+def test_a_runner_holding_the_reaper_s_row_stalls_expiry_ten_seconds_at_most(
+    login: Login, as_runner: SyncConnection, sync_conn: SyncConnection
+) -> None:
+    """A runner login calling `reap` in a transaction it kept open held the leader's
+    row: every other reaper stood aside, and expired leases stayed claimed for as long
+    as it liked. Past 10 s without a pass, the others expire leases without a leader."""
+    job = _job(sync_conn)
+    as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 1, NULL)", [RUNNER])
+    sync_conn.execute(
+        b"UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s' "
+        b"WHERE id = $1",
+        [job],
+    )
+    reap = b"SELECT requeued, failed, leader FROM fleetq.reap(1000, NULL)"
+    sync_conn.execute(b"SELECT requeued FROM fleetq.reap(0, NULL)")  # a pass ends now
+    with connect(login(roles.Kind.RUNNER, "node-x/r9")) as holder:
+        hold = b"SELECT leader FROM fleetq.reap(0, NULL)"  # leads, takes nothing, holds the row
+        assert holder.execute(hold).fetchall() == [(True,)]
+        assert sync_conn.execute(reap).fetchall() == [(0, 0, False)]  # a leader is at work
+        holder.rollback()
+        sync_conn.execute(
+            b"UPDATE fleetq.coordination SET taken_at = clock_timestamp() - interval '11 s' "
+            b"WHERE name = 'reaper'"
+        )
+        assert holder.execute(hold).fetchall() == [(True,)]  # holds it again
+        assert sync_conn.execute(reap).fetchall() == [(1, 0, False)]
+    row = sync_conn.execute(b"SELECT state FROM fleetq.jobs WHERE id = $1", [job]).fetchone()
+    assert row == ("queued",)
