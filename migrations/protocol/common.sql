@@ -93,6 +93,32 @@ AS $function$
     SELECT p_forgotten_at IS NULL OR p_last_heartbeat > p_forgotten_at
 $function$;
 
+-- Texts a runner reports (reasons, output tails), cut to `p_chars`: from the start, or
+-- keeping the end (`p_keep_end`, a tail). A runner login stored a 2 MiB failure reason
+-- that every reader of the job then carried; an outcome is never refused for its length.
+CREATE OR REPLACE FUNCTION fleetq.clipped(p_texts text[], p_chars integer, p_keep_end boolean DEFAULT false)
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT CASE WHEN p_texts IS NULL THEN NULL ELSE
+        ARRAY(SELECT CASE WHEN p_keep_end THEN right(t, p_chars) ELSE left(t, p_chars) END
+              FROM unnest(p_texts) WITH ORDINALITY AS u(t, n) ORDER BY n)
+    END
+$function$;
+
+-- `p_value`, refused as bad_text refuses it (an expression's form of refuse_bad_text).
+CREATE OR REPLACE FUNCTION fleetq.checked_text(p_value text, p_field text)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
+BEGIN
+    PERFORM fleetq.refuse_bad_text(p_value, p_field);
+    RETURN p_value;
+END;
+$function$;
+
 -- What is wrong with a payload, or NULL: it must be a JSON object within `p_limit` bytes
 -- (its jsonb text), nest at most 100 levels and hold no number over 1,000 characters.
 -- What the HTTP API's JSON reader refuses, refused for every caller: through SQL a

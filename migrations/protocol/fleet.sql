@@ -72,6 +72,15 @@ CREATE OR REPLACE FUNCTION fleetq.register_runner(p_node text, p_name text, p_ca
 AS $function$
 BEGIN
     PERFORM fleetq.acting_runner(p_node || '/' || p_name);
+    -- what a runner says of itself is shown to operators: bounded, no control characters
+    PERFORM fleetq.refuse_bad_text(p_node, 'node');
+    PERFORM fleetq.refuse_bad_text(p_name, 'runner name');
+    PERFORM fleetq.refuse_bad_text(nullif(p_version, ''), 'version');
+    IF cardinality(p_capabilities) > 256
+       OR EXISTS (SELECT 1 FROM unnest(p_capabilities) c WHERE c IS NULL OR fleetq.bad_text(c)) THEN
+        RAISE EXCEPTION 'capabilities are at most 256 names, each 1 to 256 bytes without '
+            'control characters' USING ERRCODE = 'FQ003';
+    END IF;
     RETURN QUERY SELECT * FROM fleetq.register_runner_unchecked(
         p_node, p_name, p_capabilities, p_memory_mb, p_cpu_millis, p_lanes, p_slots, p_version,
         p_pid);

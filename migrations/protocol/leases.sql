@@ -375,8 +375,8 @@ CREATE OR REPLACE FUNCTION fleetq.report_start(p_runner text, p_job bigint, p_ve
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT fleetq.report_start_unchecked(fleetq.acting_runner(p_runner), p_job, p_version,
-                                         p_node, p_run_id, p_pid, p_process_started_at,
-                                         p_prepare_ms)
+                                         fleetq.checked_text(p_node, 'node'), p_run_id, p_pid,
+                                         p_process_started_at, p_prepare_ms)
 $function$;
 
 -- Outcomes. Every row this path reads (jobs, executions, runners) it reads by key, and a
@@ -588,7 +588,9 @@ AS $function$
 BEGIN  -- plpgsql: its statement is planned once per connection, not on every call
     RETURN QUERY
     SELECT * FROM fleetq.complete_unchecked(fleetq.acting_runner(p_runner), p_jobs, p_versions,
-                                            p_outcomes, p_exit_codes, p_reasons, p_log_tails,
+                                            p_outcomes, p_exit_codes,
+                                            fleetq.clipped(p_reasons, 2000),
+                                            fleetq.clipped(p_log_tails, 8192, true),
                                             p_prepare_ms, p_run_ms, p_ended_ago_ms);
 END;
 $function$;
@@ -614,8 +616,9 @@ BEGIN
            NULL::integer, NULL::integer, NULL::smallint, NULL::integer, NULL::smallint,
            NULL::text
     FROM fleetq.complete_unchecked(v_runner, p_jobs, p_versions, p_outcomes, p_exit_codes,
-                                   p_reasons, p_log_tails, p_prepare_ms, p_run_ms,
-                                   p_ended_ago_ms) o;
+                                   fleetq.clipped(p_reasons, 2000),
+                                   fleetq.clipped(p_log_tails, 8192, true), p_prepare_ms,
+                                   p_run_ms, p_ended_ago_ms) o;
     IF p_limit > 0 THEN
         -- a refill: its claim does not wake the lane when it fills its room (claim.sql);
         -- local to this call (the function's SET clause restores settings on exit)
@@ -683,8 +686,8 @@ CREATE OR REPLACE FUNCTION fleetq.release(p_runner text, p_job bigint, p_version
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT fleetq.release_unchecked(fleetq.acting_runner(p_runner), p_job, p_version, p_reason,
-                                    p_fenced, p_ended_ago_ms)
+    SELECT fleetq.release_unchecked(fleetq.acting_runner(p_runner), p_job, p_version,
+                                    left(p_reason, 2000), p_fenced, p_ended_ago_ms)
 $function$;
 
 -- An explicit loss (DESIGN §1.5): the first requeues, the second fails with reason 'lost'.
@@ -739,7 +742,7 @@ CREATE OR REPLACE FUNCTION fleetq.report_lost(p_runner text, p_job bigint, p_ver
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT fleetq.report_lost_unchecked(fleetq.acting_runner(p_runner), p_job, p_version,
-                                        p_reason)
+                                        left(p_reason, 2000))
 $function$;
 
 CREATE OR REPLACE FUNCTION fleetq.confirm_stop_unchecked(p_runner text, p_job bigint, p_version bigint, p_signal integer, p_reason text, p_ended_ago_ms integer DEFAULT NULL::integer)
@@ -811,7 +814,7 @@ CREATE OR REPLACE FUNCTION fleetq.confirm_stop(p_runner text, p_job bigint, p_ve
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT fleetq.confirm_stop_unchecked(fleetq.acting_runner(p_runner), p_job, p_version,
-                                         p_signal, p_reason, p_ended_ago_ms)
+                                         p_signal, left(p_reason, 2000), p_ended_ago_ms)
 $function$;
 
 -- ---------------------------------------------------------------------------------------

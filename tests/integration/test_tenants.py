@@ -318,3 +318,38 @@ def test_a_runner_holding_the_reaper_s_row_stalls_expiry_ten_seconds_at_most(
         assert sync_conn.execute(reap).fetchall() == [(1, 0, False)]
     row = sync_conn.execute(b"SELECT state FROM fleetq.jobs WHERE id = $1", [job]).fetchone()
     assert row == ("queued",)
+
+
+def test_what_a_runner_reports_is_bounded(
+    as_runner: SyncConnection, sync_conn: SyncConnection
+) -> None:
+    """A runner login registered a 1,000,000-character capability, reported its node as
+    a terminal escape and stored a 2 MiB failure reason, all shown to operators."""
+    register = (
+        "SELECT 1 FROM fleetq.register_runner('node-a', 'r1', $1, 16384, 8000, "
+        "ARRAY['checks'], ARRAY[4], $2, 1)"
+    )
+    for capabilities, version in (
+        (["x" * 1_000_000], "1"),
+        (["gpu\x1b]0;pwned\x07"], "1"),
+        ([f"c{i}" for i in range(257)], "1"),
+        (["gpu"], "v\r\n2"),
+    ):
+        _refused(as_runner, register, [capabilities, version], "FQ003")
+    as_runner.execute(register.encode(), [["gpu"], "1.0"])
+    job = _job(sync_conn)
+    as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 1, NULL)", [RUNNER])
+    start = "SELECT fleetq.report_start($1, $2, 1, $3, gen_random_uuid(), 7, clock_timestamp(), 0)"
+    _refused(as_runner, start, [RUNNER, job, "node-a\x1b]52;c;ZWNobw==\x07"], "FQ003")
+    as_runner.execute(start.encode(), [RUNNER, job, "node-a"])
+    as_runner.execute(
+        b"SELECT * FROM fleetq.complete($1, ARRAY[$2::bigint], '{1}', '{failed}', '{1}', "
+        b"ARRAY[$3], ARRAY[$4], '{1}', '{1}', '{NULL}')",
+        [RUNNER, job, "r" * (2 << 20), "head\n" + "t" * 20_000 + "\nlast line"],
+    )
+    row = sync_conn.execute(
+        b"SELECT length(v.reason), length(v.log_tail), right(v.log_tail, 9) "
+        b"FROM fleetq.verdicts v WHERE v.job_id = $1",
+        [job],
+    ).fetchone()
+    assert row == (2000, 8192, "last line")
