@@ -174,8 +174,8 @@ class Control(RunnerBase):
             self._coalesced("config", self._reread_config)
         elif kind == "runner" and ident == self.runner:
             self._coalesced("state", self._follow_state)
-        elif kind == "job" and ident.isdigit() and JobId(int(ident)) in self.executions:
-            self._jobs_to_check.add(JobId(int(ident)))
+        elif kind == "job" and (job := job_named(ident)) is not None and job in self.executions:
+            self._jobs_to_check.add(job)
             self._coalesced("jobs", self._check_jobs)
 
     async def _check_jobs(self) -> None:
@@ -237,3 +237,13 @@ async def _probe(conn: asyncpg.Connection, guard: ServerGuard | None) -> None:
     await conn.fetchval("SELECT 1", timeout=5)
     if guard is not None:
         await guard(conn)
+
+
+def job_named(ident: str) -> JobId | None:
+    """The job a `job:N` hint names: ASCII digits that fit a bigint, else None. Any login
+    may NOTIFY: `job:²` passed `isdigit` and `int()` raised on it, as on 5,000 digits,
+    in the listener's callback (a traceback in the runner's log per notice)."""
+    if not (ident.isascii() and ident.isdigit()) or len(ident) > 19:
+        return None
+    job = int(ident)
+    return JobId(job) if 0 < job < 2**63 else None
