@@ -107,6 +107,16 @@ AS $function$
     END
 $function$;
 
+-- A traceparent that is neither NULL nor W3C's form: refused at submit with the other
+-- bad input (FQ003), not left to the jobs table's check (23514, a "database error").
+CREATE OR REPLACE FUNCTION fleetq.bad_traceparent(p_value text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT coalesce(p_value !~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$', false)
+$function$;
+
 -- `p_value`, refused as bad_text refuses it (an expression's form of refuse_bad_text).
 CREATE OR REPLACE FUNCTION fleetq.checked_text(p_value text, p_field text)
  RETURNS text

@@ -55,6 +55,10 @@ BEGIN
     PERFORM fleetq.refuse_bad_text(p_idempotency_key, 'idempotency key');
     PERFORM fleetq.refuse_bad_text(p_task_id, 'task id');
     PERFORM fleetq.refuse_bad_text(p_submitted_by, 'submitting identity');
+    IF fleetq.bad_traceparent(p_traceparent) THEN
+        RAISE EXCEPTION 'traceparent is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)'
+            USING ERRCODE = 'FQ003';
+    END IF;
     IF cardinality(v_after) > 0 THEN
         SELECT array_agg(a) INTO v_unknown FROM unnest(v_after) AS a
         WHERE NOT EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = a);
@@ -327,12 +331,15 @@ BEGIN
                            OR fleetq.bad_text(i.task)
                           THEN 'an idempotency key, node or task is empty, over 256 bytes or '
                                'holds control characters'
+                      WHEN fleetq.bad_traceparent(i.traceparent)
+                          THEN 'traceparent is not a W3C traceparent'
                  END AS problem,
                  CASE WHEN o.name IS NULL OR o.retired_at IS NOT NULL THEN 'FQ002'
                       ELSE 'FQ003' END AS code
           FROM unnest(p_projects, p_operations, p_commits, p_keys, p_payloads, p_nodes,
-                      p_tasks)
-               WITH ORDINALITY AS i(project, operation, commit_sha, key, payload, node, task, n)
+                      p_tasks, p_traceparents)
+               WITH ORDINALITY AS i(project, operation, commit_sha, key, payload, node, task,
+                                    traceparent, n)
           LEFT JOIN fleetq.operations o ON o.project = i.project AND o.name = i.operation
           CROSS JOIN LATERAL fleetq.payload_problem(coalesce(i.payload, '{}'), v_limit)
               AS pp(payload)) c

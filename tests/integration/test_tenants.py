@@ -159,18 +159,19 @@ def test_idempotency_keys_are_each_identity_s_own(sync_conn: SyncConnection) -> 
 
 
 BAD_SUBMITS = {
-    "a list payload": ("[1, 2, 3]", None, None, None),
-    "a string payload": ('"text"', None, None, None),
-    "a null payload": ("null", None, None, None),
-    "an escape in the node": ("{}", "node\x1b]0;pwned\x07", None, None),
-    "a line feed in the key": ("{}", None, "key\r\ninjected", None),
-    "a C1 control in the task": ("{}", None, None, "task\x9b31m"),
-    "a huge node": ("{}", "n" * 10_000, None, None),
-    "an empty key": ("{}", None, "", None),
+    "a list payload": ("[1, 2, 3]", None, None, None, None),
+    "a string payload": ('"text"', None, None, None, None),
+    "a null payload": ("null", None, None, None, None),
+    "an escape in the node": ("{}", "node\x1b]0;pwned\x07", None, None, None),
+    "a line feed in the key": ("{}", None, "key\r\ninjected", None, None),
+    "a C1 control in the task": ("{}", None, None, "task\x9b31m", None),
+    "a huge node": ("{}", "n" * 10_000, None, None, None),
+    "an empty key": ("{}", None, "", None, None),
     # what Python cannot decode: every runner claiming such a job exited (a later review)
-    "a 5,000-digit number": ('{"a": 1' + "0" * 5000 + "}", None, None, None),
-    "arrays 1,100 deep": ('{"a": ' + "[" * 1100 + "]" * 1100 + "}", None, None, None),
-    "objects 101 deep": ('{"a": ' * 101 + "1" + "}" * 101, None, None, None),
+    "a 5,000-digit number": ('{"a": 1' + "0" * 5000 + "}", None, None, None, None),
+    "arrays 1,100 deep": ('{"a": ' + "[" * 1100 + "]" * 1100 + "}", None, None, None, None),
+    "objects 101 deep": ('{"a": ' * 101 + "1" + "}" * 101, None, None, None, None),
+    "a malformed traceparent": ("{}", None, None, None, "00-xyz"),
 }
 
 
@@ -180,21 +181,21 @@ def test_the_database_refuses_what_the_api_refuses(
 ) -> None:
     """Through SQL a submitter stored a list payload (every runner of the lane then
     exited on its claim), a 100 MiB node and terminal escapes."""
-    payload, node, key, task = BAD_SUBMITS[bad]
+    payload, node, key, task, trace = BAD_SUBMITS[bad]
     with connect(login(roles.Kind.SUBMITTER, "ci-bot")) as conn:
         _refused(
             conn,
             "SELECT * FROM fleetq.submit('tools', 'lint', $1, $2, $3, $4, NULL, $5::jsonb, "
-            "NULL, NULL)",
-            [SHA, node, key, task, payload],
+            "NULL, $6)",
+            [SHA, node, key, task, payload, trace],
             "FQ003",
         )
         _refused(
             conn,
             "SELECT * FROM fleetq.submit_many(ARRAY['tools'], ARRAY['lint'], ARRAY[$1], "
             "ARRAY[$2]::text[], ARRAY[$3]::text[], ARRAY[$4]::text[], ARRAY[$5::jsonb], "
-            "NULL, NULL)",
-            [SHA, node, key, task, payload],
+            "ARRAY[$6]::text[], NULL)",
+            [SHA, node, key, task, payload, trace],
             "FQ003",
         )
     row = sync_conn.execute(b"SELECT count(*) FROM fleetq.jobs").fetchone()
