@@ -67,9 +67,20 @@ async def test_a_malformed_trace_is_refused(driver: Driver, bad: str) -> None:
 
 
 def test_the_database_refuses_a_malformed_trace_too(sync_conn: SyncConnection) -> None:
-    with pytest.raises(psycopg.errors.CheckViolation):
+    """As bad input (FQ003, exit 65), as the API does: it was a check violation (23514)."""
+    with pytest.raises(psycopg.Error) as refused:
         sync_conn.execute(
             "SELECT * FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, 'a', '{}', "
             "NULL, 'trace me')",
             [SHA],
         )
+    assert refused.value.sqlstate == "FQ003", refused.value
+    # the table's own check stays, for a writer that is not submit
+    job = sync_conn.execute(
+        "SELECT job_id FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, 'a', '{}', "
+        "NULL, NULL)",
+        [SHA],
+    ).fetchone()
+    assert job is not None
+    with pytest.raises(psycopg.errors.CheckViolation):
+        sync_conn.execute("UPDATE fleetq.jobs SET traceparent = 'x' WHERE id = $1", [job[0]])
