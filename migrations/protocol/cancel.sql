@@ -16,7 +16,8 @@ DECLARE
     j fleetq.jobs%ROWTYPE;
     v_live boolean;
 BEGIN
-    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR UPDATE;
+    -- NO KEY: a dependent submit's KEY SHARE never holds a cancel up (settle_dependents)
+    SELECT * INTO j FROM fleetq.jobs WHERE id = p_job FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown job %', p_job USING ERRCODE = 'FQ004';
     END IF;

@@ -32,8 +32,21 @@ DECLARE
     v_waiting bigint[];
     v_ready bigint[];
     v_lanes text[];
+    v_sure bigint[];
     d record;
 BEGIN
+    -- A dependent submit in flight holds an ended job's row in KEY SHARE, and its
+    -- dependency is not visible here yet: such a row refuses FOR UPDATE, and is settled
+    -- again by the reaper's leader once nothing holds it (migration 0038).
+    SELECT array_agg(e.id) INTO v_sure
+    FROM (SELECT j.id FROM fleetq.jobs j WHERE j.id = ANY (p_ended)
+          ORDER BY j.id FOR UPDATE SKIP LOCKED) e;
+    IF coalesce(cardinality(v_sure), 0) < coalesce(cardinality(p_ended), 0) THEN
+        INSERT INTO fleetq.settle_again (job_id)
+        SELECT j.id FROM fleetq.jobs j  -- a job pruned since is nobody's dependency
+        WHERE j.id = ANY (p_ended) AND j.id <> ALL (coalesce(v_sure, '{}'))
+        ON CONFLICT DO NOTHING;
+    END IF;
     SELECT array_agg(DISTINCT jd.job_id) INTO v_waiting
     FROM fleetq.job_dependencies jd WHERE jd.depends_on = ANY (p_ended);
     IF v_waiting IS NULL THEN
@@ -42,7 +55,7 @@ BEGIN
     -- Lock the waiting jobs first, then read their dependencies in new statements: two
     -- dependencies ending at once serialize here, and the second one sees the first.
     PERFORM 1 FROM fleetq.jobs WHERE id = ANY (v_waiting) AND state = 'waiting'
-    ORDER BY id FOR UPDATE;
+    ORDER BY id FOR NO KEY UPDATE;
     FOR d IN
         SELECT DISTINCT ON (w.id) w.id, dep.id AS dep_id, dep.state AS dep_state
         FROM fleetq.jobs w
@@ -144,7 +157,7 @@ BEGIN
         SELECT j.id FROM fleetq.jobs j
         WHERE j.state = 'waiting' AND j.retry_at <= coalesce(p_now, clock_timestamp())
         ORDER BY j.retry_at LIMIT 1000
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     ),
     queued AS (
         UPDATE fleetq.jobs j SET state = 'queued', retry_at = NULL, updated_at = clock_timestamp()
@@ -170,4 +183,29 @@ AS $function$
     SELECT greatest(0, extract(epoch FROM min(j.retry_at) - clock_timestamp()))::double precision
     FROM fleetq.jobs j
     WHERE j.state = 'waiting' AND j.retry_at IS NOT NULL
+$function$;
+
+-- Settle again the ended jobs whose rows were held when they ended (settle_dependents):
+-- those nothing holds now, whose dependents in flight have committed or given up. Run by
+-- the reaper's leader; a row still held waits for a later pass.
+CREATE OR REPLACE FUNCTION fleetq.settle_pending()
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_free bigint[];
+BEGIN
+    WITH taken AS (
+        DELETE FROM fleetq.settle_again s
+        WHERE s.job_id IN (SELECT a.job_id FROM fleetq.settle_again a
+                           ORDER BY a.job_id LIMIT 1000)
+        RETURNING s.job_id
+    )
+    SELECT array_agg(t.job_id ORDER BY t.job_id) INTO v_free FROM taken t;
+    IF v_free IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM fleetq.settle_dependents(v_free);  -- names again those still held
+    RETURN cardinality(v_free);
+END;
 $function$;

@@ -58,11 +58,12 @@ AS $function$
 DECLARE
     j fleetq.jobs%ROWTYPE;
 BEGIN
-    -- locked only when it is this runner's lease (another's row is never held)
+    -- locked only when it is this runner's lease (another's row is never held), and not
+    -- against a dependent submit's KEY SHARE (settle_dependents)
     SELECT * INTO j FROM fleetq.jobs
     WHERE id = p_job AND lease_owner = p_runner AND lease_version = p_version
       AND state IN ('claimed', 'running')
-    FOR UPDATE;
+    FOR NO KEY UPDATE;
     IF FOUND THEN
         RETURN NULL;
     END IF;
@@ -432,9 +433,10 @@ BEGIN
     END IF;
     -- this runner's leases only: another's row is never held, not even for this call
     -- (a retried outcome whose first attempt committed is answered from what it wrote)
+    -- (NO KEY: a dependent submit's KEY SHARE never holds an outcome up; settle_dependents)
     PERFORM 1 FROM fleetq.jobs j
     WHERE j.id = ANY (p_jobs) AND j.lease_owner = p_runner
-    ORDER BY j.id FOR UPDATE;
+    ORDER BY j.id FOR NO KEY UPDATE;
 
     -- One pass over the jobs: the update that ends them returns all that the rest of
     -- the outcome writes (reading them again cost a probe per job per statement).
@@ -761,7 +763,7 @@ BEGIN
     SELECT * INTO j FROM fleetq.jobs
     WHERE id = p_job AND lease_version = p_version
       AND (lease_owner = p_runner OR reserved_on = p_runner)
-    FOR UPDATE;
+    FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         SELECT * INTO j FROM fleetq.jobs WHERE id = p_job;
         IF NOT FOUND THEN

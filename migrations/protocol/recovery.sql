@@ -87,7 +87,7 @@ BEGIN
             AND j.lease_expires_at < coalesce(p_now, clock_timestamp())
           ORDER BY j.lease_expires_at, j.id
           LIMIT p_limit
-          FOR UPDATE SKIP LOCKED) e;
+          FOR NO KEY UPDATE SKIP LOCKED) e;
     IF v_expired IS NULL THEN
         RETURN QUERY SELECT 0, 0, v_leader;
         RETURN;
@@ -174,6 +174,7 @@ BEGIN
         PERFORM fleetq.sample_queues(p_now);
         PERFORM fleetq.promote_waiting(p_now);
         PERFORM fleetq.queue_due_retries(p_now);
+        PERFORM fleetq.settle_pending();
     END IF;
     RETURN QUERY SELECT v.requeued, v.failed, v.leader;
 END;
@@ -270,7 +271,7 @@ BEGIN
                   AND q.created_at < v_now - make_interval(secs => v_after)
                 ORDER BY q.created_at, q.id
                 LIMIT 1000
-                FOR UPDATE OF q SKIP LOCKED
+                FOR NO KEY UPDATE OF q SKIP LOCKED
             ) j
         ),
         due AS (

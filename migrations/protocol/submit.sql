@@ -93,8 +93,9 @@ BEGIN
     IF v_id IS NOT NULL AND cardinality(v_after) > 0 THEN
         -- The dependencies are recorded first and their states read after: the foreign
         -- keys hold each dependency (KEY SHARE) from here to commit, so one that ends
-        -- now (its row is taken FOR UPDATE) either ended before this statement and is
-        -- read below, or waits for this submit and then finds this job waiting on it.
+        -- now either ended before this statement and is read below, or cannot take its
+        -- row FOR UPDATE while this submit is open and is settled again once it can
+        -- (settle_dependents, fleetq.settle_again): an ending never waits for a submit.
         INSERT INTO fleetq.job_dependencies (job_id, depends_on)
         SELECT v_id, a FROM unnest(v_after) AS a;
         SELECT j.id, j.state INTO v_failed_id, v_failed_state FROM fleetq.jobs j

@@ -132,30 +132,31 @@ async def test_explain_says_what_a_waiting_job_waits_on(driver: Driver) -> None:
     assert (await eligibility.explain(driver, b)).runners  # the rule still answers as for now
 
 
-def _ended(conn: SyncConnection, runner: str, claim: Claim) -> Callable[[], None]:
-    """In a thread: complete `claim` on `conn` and commit."""
+def _ended(conn: SyncConnection, runner: str, *claims: Claim) -> Callable[[], None]:
+    """In a thread: complete `claims` (one batch) on `conn` and commit."""
 
     def end() -> None:
-        _complete_sql(conn, runner, claim)
+        _complete_sql(conn, runner, *claims)
         conn.commit()
 
     return end
 
 
-def _complete_sql(conn: SyncConnection, runner: str, claim: Claim) -> None:
+def _complete_sql(conn: SyncConnection, runner: str, *claims: Claim) -> None:
+    n = len(claims)
     conn.execute(
         queries.sql("lease_complete"),
         [
             runner,
-            [claim.job_id],
-            [claim.lease_version],
-            ["succeeded"],
-            [0],
-            [None],
-            [""],
-            [None],
-            [None],
-            [None],
+            [c.job_id for c in claims],
+            [c.lease_version for c in claims],
+            ["succeeded"] * n,
+            [0] * n,
+            [None] * n,
+            [""] * n,
+            [None] * n,
+            [None] * n,
+            [None] * n,
         ],
     )
 
@@ -185,27 +186,45 @@ async def test_two_dependencies_ending_at_once_queue_the_job(driver: Driver, db_
 
 
 async def test_a_dependency_ending_during_the_submit_queues_the_job(
-    driver: Driver, db_dsn: str
+    driver: Driver, db_dsn: str, sync_conn: SyncConnection
 ) -> None:
     """The submit records its dependencies before it reads their states, and their foreign
-    keys hold them (KEY SHARE) until it commits: their ending waits, then finds the new
-    job waiting on them."""
+    keys hold them (KEY SHARE) until it commits. Their ending does not wait for it (a
+    submitter holding its transaction open held another tenant's outcome): it sees it
+    cannot take its row FOR UPDATE, and the reaper's leader settles it again once the
+    submit has committed, queueing the new job."""
     runner = await fleet.runner(driver)
-    a = await _submit(driver)
-    claim = await _run(driver, runner, a)
+    a, free = await _submit(driver), await _submit(driver)
+    claim, other = sorted(
+        await leasing.claim(driver, runner=runner, lane="checks", limit=8), key=lambda c: c.job_id
+    )
+    assert (claim.job_id, other.job_id) == (a, free)
     with connect(db_dsn) as submitter, connect(db_dsn) as ender:
         (row,) = submitter.execute(
             queries.sql("jobs_submit"),
             ["tools", "lint", SHA, None, None, None, "a", "{}", [a], None],
         ).fetchall()
-        (pid,) = ender.execute("SELECT pg_backend_pid()").fetchone() or ()
-        done = threading.Thread(target=_ended(ender, runner, claim))
-        done.start()
-        wait_for(lambda: blocked_or_done(db_dsn, pid, done), "the ending to wait")
+        ender.execute(b"SET lock_timeout = '5s'")
+        _ended(ender, runner, claim, other)()  # does not wait for the submit
+        again = sync_conn.execute(b"SELECT job_id FROM fleetq.settle_again").fetchall()
+        assert again == [(a,)]
         submitter.commit()
-        done.join(timeout=10)
-        assert not done.is_alive()
-    assert (await readers.job(driver, JobId(row[0]))).state == JobState.QUEUED
+    waiting = JobId(row[0])
+    assert (await readers.job(driver, waiting)).state == JobState.WAITING  # it read a running
+    sync_conn.execute(b"SELECT * FROM fleetq.reap(1000, NULL)")
+    assert (await readers.job(driver, waiting)).state == JobState.QUEUED
+    assert sync_conn.execute(b"SELECT count(*) FROM fleetq.settle_again").fetchone() == (0,)
+
+
+async def test_an_ending_nothing_holds_is_settled_at_once(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    runner = await fleet.runner(driver)
+    a = await _submit(driver)
+    b = await _submit(driver, after=[a])
+    await _finish(driver, runner, await _run(driver, runner, a), Outcome.SUCCEEDED)
+    assert (await readers.job(driver, b)).state == JobState.QUEUED
+    assert sync_conn.execute(b"SELECT count(*) FROM fleetq.settle_again").fetchone() == (0,)
 
 
 async def test_a_job_named_by_a_submit_in_flight_is_still_claimed(

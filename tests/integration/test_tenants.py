@@ -354,3 +354,52 @@ def test_what_a_runner_reports_is_bounded(
         [job],
     ).fetchone()
     assert row == (2000, 8192, "last line")
+
+
+def test_a_dependent_submit_held_open_holds_no_ending_up(
+    login: Login, as_runner: SyncConnection, sync_conn: SyncConnection
+) -> None:
+    """A submitter holding `submit --after J` open held J's row (KEY SHARE), and J's
+    outcome, cancel and the settling of jobs waiting on J took it FOR UPDATE: each
+    waited on that submitter for as long as it liked."""
+    job, cancelled = _job(sync_conn), _job(sync_conn)
+    waiting = _job_after(sync_conn, job)
+    as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 1, NULL)", [RUNNER])
+    after = "SELECT job_id FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, NULL, "
+    after += "'{}', ARRAY[$2::bigint], NULL)"
+    with connect(login(roles.Kind.SUBMITTER, "mallory")) as holder:
+        held = [holder.execute(after.encode(), [SHA, j]).fetchone() for j in (job, waiting)]
+        holder.execute(after.encode(), [SHA, cancelled])
+        as_runner.execute(b"SET lock_timeout = '5s'")  # a wait would end as 55P03
+        done = as_runner.execute(
+            b"SELECT status FROM fleetq.complete($1, ARRAY[$2::bigint], '{1}', '{succeeded}', "
+            b"'{0}', '{NULL}', '{\"\"}', '{1}', '{1}', '{NULL}')",
+            [RUNNER, job],
+        ).fetchall()
+        assert done == [("ok",)]
+        sync_conn.execute(b"SET lock_timeout = '5s'")
+        sync_conn.execute(b"SELECT * FROM fleetq.cancel($1, 'operator', 'x')", [cancelled])
+        assert _states(sync_conn, job, waiting, cancelled) == ["succeeded", "queued", "cancelled"]
+        holder.commit()
+    mine = [int(row[0]) for row in held if row is not None]
+    assert _states(sync_conn, *mine) == ["waiting", "waiting"]  # each read its dependency live
+    sync_conn.execute(b"SELECT * FROM fleetq.reap(1000, NULL)")  # the leader settles again
+    assert _states(sync_conn, *mine) == ["queued", "waiting"]  # the second waits on `waiting`
+
+
+def _job_after(sync_conn: SyncConnection, job: int) -> int:
+    row = sync_conn.execute(
+        b"SELECT job_id FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, 'alice', "
+        b"'{}', ARRAY[$2::bigint], NULL)",
+        [SHA, job],
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _states(sync_conn: SyncConnection, *jobs: int) -> list[str]:
+    rows = sync_conn.execute(
+        b"SELECT state FROM fleetq.jobs WHERE id = ANY ($1) ORDER BY array_position($1, id)",
+        [list(jobs)],
+    ).fetchall()
+    return [str(row[0]) for row in rows]
