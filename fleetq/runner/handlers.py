@@ -15,9 +15,10 @@ async def noop(ctx: JobContext) -> None:
 
 
 async def stamp(ctx: JobContext) -> str:
-    """Answer the wall clock at the handler's first line (its log tail): `fleetq bench`
-    measures enqueue -> start on the producer's clock with it (producer and runner on
-    one machine, one clock), as a user would, not from the database's timestamps."""
+    """Answer the wall clock at the handler's first line (its log tail): the benchmarks
+    (`bench/`) measure enqueue -> start on the producer's clock with it (producer and
+    runner on one machine, one clock), as a user would, not from the database's
+    timestamps."""
     return f"{time.time():.6f}"
 
 

@@ -158,11 +158,10 @@ def settle_heap() -> None:
     A full collection walks every tracked object, and most of a runner's are its start-up
     heap (its imports: pydantic, asyncpg, ...), which is never garbage; each job allocates
     a handful of short-lived containers (its task, coroutine, context, futures), which
-    reach the young generation's threshold every few dozen jobs. Under a backlog (`fleetq
-    bench --jobs 30000`, the collector's own thread time from gc.callbacks) collecting
-    took 12% of a runner's CPU, each full collection 40-50 ms of it. With the start-up
-    heap frozen (moved out of every generation) and the young generation collected every
-    10,000 allocations: 4%.
+    reach the young generation's threshold every few dozen jobs, and under a backlog the
+    full collections were a tenth of a runner's CPU. With the start-up heap frozen (moved
+    out of every generation) and the young generation collected every 10,000 allocations
+    they are a small part (docs/performance.md).
     """
     gc.freeze()
     gc.set_threshold(YOUNG_COLLECTION_EVERY, 20, 20)

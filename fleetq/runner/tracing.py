@@ -10,7 +10,7 @@ Off unless a tracer provider is set: by `opentelemetry-instrument fleetq-runner 
 here at start when the OpenTelemetry SDK is installed (`pip install 'fleetq[otel]'`)
 and OTEL_TRACES_EXPORTER names exporters (`console`, `otlp`), as the OpenTelemetry
 environment variables specify. Off, nothing here costs a job more than a check of a
-flag: the throughput benchmark runs without it.
+flag.
 """
 
 from __future__ import annotations

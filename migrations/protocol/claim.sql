@@ -116,8 +116,7 @@ $function$;
 
 -- What a claim takes of the jobs it holds, under its runner's lock: stage two of
 -- fleetq.claim_unchecked, a function of its own for its plan. Planned for each call's own
--- values it cost more to plan than to run (0.55 ms for a claim of one job:
--- pg_stat_statements with track_planning), and whether PostgreSQL kept a generic plan or
+-- values it costs more to plan than to run, and whether PostgreSQL kept a generic plan or
 -- planned again on every call turned on the costs it saw in its first five calls (taking
 -- one statement out of the claim flipped it). It probes the held jobs by key whatever the
 -- values, so the generic plan is always the right one, and forced here. Stage one, the
@@ -328,8 +327,8 @@ BEGIN
     -- slots all the time, and a NOTIFY per claim (notifying commits run one at a time)
     -- held 100 runners up for nothing. Nor from a refill (the claim an outcome batch
     -- carries, fleetq.complete_and_claim): a runner refilling is draining a backlog, whose
-    -- submits woke the lane already, and with 100 runners some were always idle for an
-    -- instant, so nearly every refill notified: 190 jobs/s instead of 415 (bench-scale).
+    -- submits woke the lane already, and with many runners some are always idle for an
+    -- instant, so nearly every refill would notify (docs/decisions/ has the measurement).
     -- (Tested in this order, a refill reads nothing; the tests that read are a query of
     -- their own, which PostgreSQL planned again on every call while it was one with the
     -- rest.)

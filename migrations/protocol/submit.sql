@@ -266,8 +266,8 @@ $function$;
 -- The batch's rows are never joined to one another: a join's plan rests on estimates,
 -- and PostgreSQL's for an unnest of an array parameter is a guess (10 rows in a generic
 -- plan, kept from the sixth call of a connection on; a few rows from a small table never
--- analyzed). It joined the new jobs to their input rows by a nested loop, quadratic in the
--- batch: 5,000 jobs took 2.6–2.9 s instead of 0.16–0.30. The events come from the
+-- analyzed). A join of the new jobs to their input rows became a nested loop, quadratic
+-- in the batch (test_query_plans.py holds it linear). The events come from the
 -- insert's own rows, and which input rows made a job is found by walking the two id
 -- lists, both in input order, side by side (test_query_plans.py).
 CREATE OR REPLACE FUNCTION fleetq.submit_many_unchecked(p_projects text[], p_operations text[], p_commits text[], p_nodes text[], p_keys text[], p_tasks text[], p_payloads jsonb[], p_traceparents text[], p_submitted_by text)
@@ -460,7 +460,7 @@ BEGIN
     JOIN fleetq.projects p ON p.name = i.project
     -- Each row's key is probed in the key's index, whatever the estimates: joined, a plan
     -- made for a large batch on a jobs table never analyzed sorted the whole table for a
-    -- merge join (8,000 keys among a million jobs: 0.7 s; probed, 0.2–0.3). LIMIT 1 keeps
+    -- merge join. LIMIT 1 keeps
     -- the probe a probe (the key is unique): it is not pulled up into a join.
     LEFT JOIN LATERAL (SELECT j.id, j.state, j.priority_class
                        FROM fleetq.jobs j
