@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from fleetq.core import queries
-from fleetq.core.config import (
+from fleetq.core.configschema import (
     FleetConfig,
     IdentityConfig,
     LaneConfig,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetq.core.config import MIN_LIVENESS_SECONDS
+from fleetq.core.configschema import MIN_LIVENESS_SECONDS
 from fleetq.runner.fencing import FenceRule
 
 
