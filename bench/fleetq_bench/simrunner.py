@@ -3,17 +3,17 @@ processes, so one Python process can stand for a fleet of a hundred.
 
 What it does, and whose code does it:
 - registers with `fleet.register`, as the runner does at start-up;
-- one claim loop for its lane, shaped as `runner.claiming`'s: it claims
-  `min(batch, free slots)` with `leasing.claim` and a fresh claim id, claims again at
-  once when the claim came back full, and otherwise waits for a NOTIFY on `fleetq_work`
-  or the poll interval, which doubles while polls find nothing, up to the longest
-  (`runner.config` defaults);
+- one claim loop for its lane, shaped as `runner.claiming`'s and paced by the runner's
+  own claim policy (`runner.policy`): it claims `min(batch, free slots)` with
+  `leasing.claim` and a fresh claim id, claims again at once when the claim came back
+  full, and otherwise waits for a NOTIFY on `fleetq_work` or the poll interval, which
+  doubles while polls find nothing, up to the longest (`runner.config` defaults);
 - wake-ups as the runner's `control` takes them: a NOTIFY naming its lane alone, or its
   lane and this runner, wakes the claim loop; one naming another runner is looked after
   once, `control.LOOKOUT_S` later (a full runner named for a job does not forward it);
 - per claimed job: `leasing.report_start`, then the outcome through the runner's own
   batching `Reporter` (one fenced `complete` for whatever is pending), which carries the
-  claim for the room the batch frees (`Refill`, sized as `runner.claiming` sizes it: the
+  claim for the room the batch frees (`Refill`, sized by `runner.policy` as the runner's: the
   same transaction); a job whose refill found the lane empty does not wake the loop;
 - the periodic passes with the runner's own intervals: heartbeat (`leasing.heartbeat` and
   the read of its own state) every beat, the reaper pass, the due ticks of its lane's
@@ -54,7 +54,7 @@ from fleetq.core.models import (
     WriteStatus,
 )
 from fleetq.runner import config as runner_config
-from fleetq.runner import control, loops
+from fleetq.runner import control, loops, policy
 from fleetq.runner.reporter import Refill, Reporter
 
 CLAIM = queries.sql("lease_claim")
@@ -73,9 +73,8 @@ class Cadence:
 
     @staticmethod
     def beat_s(lease_s: float, offline_s: float) -> float:
-        """As `LeaseKeeping._beat_s`: often enough for the lease and the offline
-        threshold alike (a unit test holds the two equal)."""
-        return max(0.2, min(lease_s, offline_s) / 3)
+        """The runner's own beat (`policy.beat_s`)."""
+        return policy.beat_s(lease_s, offline_s)
 
 
 class SerialDriver:
@@ -199,7 +198,9 @@ class SimRunner:
             for r in reports
             if (c := self.running.get(r.job_id)) is not None and c.lease_version == r.lease_version
         )
-        limit = min(self.batch, self.slots - len(self.running) + len(jobs))
+        limit = policy.refill_limit(
+            batch=self.batch, slots=self.slots, running=len(self.running), freed=len(jobs)
+        )
         if not jobs or limit < 1:
             return None
         return Refill(
@@ -247,9 +248,10 @@ class SimRunner:
         idle_wait = self.cadence.poll_s
         while not stop.is_set():
             self.wake.clear()  # before claiming: a hint that arrives meanwhile is not lost
-            free = self.slots - len(self.running)
-            if free > 0:
-                limit = min(self.batch, free)
+            limit = policy.claim_limit(
+                batch=self.batch, slots=self.slots, running=len(self.running)
+            )
+            if limit > 0:
                 claims = await leasing.claim(
                     self.driver, runner=self.runner, lane=self.lane, limit=limit
                 )
@@ -257,7 +259,7 @@ class SimRunner:
                     self._launch(claim)
                 if claims:
                     idle_wait = self.cadence.poll_s
-                if len(claims) == limit:
+                if policy.more_behind(taken=len(claims), limit=limit):
                     continue  # there may be more right behind
             stopped = asyncio.ensure_future(stop.wait())
             woken = asyncio.ensure_future(self.wake.wait())
@@ -269,7 +271,9 @@ class SimRunner:
             if done:
                 idle_wait = self.cadence.poll_s  # woken: work may be about again
             else:
-                idle_wait = min(idle_wait * 2, max(self.cadence.poll_max_s, self.cadence.poll_s))
+                idle_wait = policy.next_wait(
+                    idle_wait, poll_s=self.cadence.poll_s, poll_max_s=self.cadence.poll_max_s
+                )
 
     def _launch(self, claim: Claim) -> None:
         self.running[claim.job_id] = claim

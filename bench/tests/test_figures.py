@@ -9,9 +9,7 @@ from typing import Any, LiteralString
 
 import pytest
 
-from fleetq.runner.keeping import LeaseKeeping
 from fleetq_bench import checkjobs, figures, harness, history, scale
-from fleetq_bench.simrunner import Cadence
 
 
 def test_percentile_interpolates_like_percentile_cont() -> None:
@@ -61,13 +59,6 @@ def test_explain_buffers_reads_the_top_node() -> None:
     assert figures.explain_buffers({"Node Type": "Result"}) == {"shared_hit": 0, "shared_read": 0}
     with pytest.raises(ValueError, match="not an EXPLAIN plan"):
         figures.explain_buffers({"Plan": [1]})
-
-
-def test_simulated_beat_is_the_runners() -> None:
-    keeper = object.__new__(LeaseKeeping)
-    for lease, offline in ((30, 30), (30, 10), (1, 30), (300, 120)):
-        keeper.lease_seconds, keeper.offline_after_seconds = lease, offline
-        assert Cadence.beat_s(lease, offline) == keeper._beat_s()
 
 
 def test_step_report() -> None:

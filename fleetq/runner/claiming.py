@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import Counter
 
 from fleetq.core import leasing
 from fleetq.core.models import JobId, OutcomeReport, RunnerState
-from fleetq.runner import loops, metrics
+from fleetq.runner import loops, metrics, policy
 from fleetq.runner.base import RunnerBase, log
 from fleetq.runner.reporter import Refill
 
@@ -37,9 +36,12 @@ class Claiming(RunnerBase):
         idle_wait = self.config.poll_interval_s  # doubles while polls find nothing
         while not self.shutdown_requested.is_set():
             wake.clear()  # before claiming: a hint that arrives meanwhile is not lost
-            free = self.config.lanes[lane] - self._running_in(lane)
-            if self._claiming() and free > 0:
-                limit = min(self.config.batch, free)
+            limit = policy.claim_limit(
+                batch=self.config.batch,
+                slots=self.config.lanes[lane],
+                running=self._running_in(lane),
+            )
+            if self._claiming() and limit > 0:
                 if sent is None:
                     sent = time.monotonic()
                 try:
@@ -60,14 +62,14 @@ class Claiming(RunnerBase):
                 self._took(claims, lane, claimed_at, "claim")
                 if claims:
                     idle_wait = self.config.poll_interval_s
-                if claims.taken == limit:
+                if policy.more_behind(taken=claims.taken, limit=limit):
                     continue  # there may be more right behind
             try:
                 await asyncio.wait_for(wake.wait(), idle_wait)
                 idle_wait = self.config.poll_interval_s  # woken: work may be about again
             except TimeoutError:
-                idle_wait = min(
-                    idle_wait * 2, max(self.config.poll_max_s, self.config.poll_interval_s)
+                idle_wait = policy.next_wait(
+                    idle_wait, poll_s=self.config.poll_interval_s, poll_max_s=self.config.poll_max_s
                 )
 
     def _took(self, claims: leasing.Claims, lane: str, claimed_at: float, kind: str) -> None:
@@ -106,10 +108,15 @@ class Claiming(RunnerBase):
             if (ex := self.executions.get(r.job_id)) is not None
             and ex.claim.lease_version == r.lease_version
         }
-        if not ran:
+        if (chosen := policy.refill_lane(ran)) is None:
             return None
-        lane, freed = Counter(ran.values()).most_common(1)[0]
-        limit = min(self.config.batch, self.config.lanes[lane] - self._running_in(lane) + freed)
+        lane, jobs = chosen
+        limit = policy.refill_limit(
+            batch=self.config.batch,
+            slots=self.config.lanes[lane],
+            running=self._running_in(lane),
+            freed=len(jobs),
+        )
         if limit < 1:
             return None
         return Refill(
@@ -117,7 +124,7 @@ class Claiming(RunnerBase):
             limit=limit,
             claim_id=uuid.uuid4(),
             sent=time.monotonic(),
-            jobs=frozenset(job for job, ran_in in ran.items() if ran_in == lane),
+            jobs=frozenset(jobs),
         )
 
     def _refilled(self, claims: leasing.Claims, refill: Refill) -> None:

@@ -14,12 +14,11 @@ from collections.abc import Iterable
 from fleetq.core import fleet, leasing, queries
 from fleetq.core.errors import NotFound, StaleLease
 from fleetq.core.models import FencingToken, JobId, RunnerState, WriteStatus
-from fleetq.runner import loops, metrics
+from fleetq.runner import loops, metrics, policy
 from fleetq.runner.base import RunnerBase, log
 from fleetq.runner.execution import Execution, release_counted
 from fleetq.runner.fencing import FenceRule
 
-MIN_BEAT_S = 0.2  # renewals are never sent closer together than this
 MIN_REAP_WAIT_S = 0.05  # a retry due now is queued by the next pass, not spun on
 
 
@@ -32,7 +31,7 @@ class LeaseKeeping(RunnerBase):
     def _beat_s(self) -> float:
         """The runner's own beat: often enough for its lease setting and for the offline
         threshold alike (a lease shorter than the setting is renewed sooner: `_renew_by`)."""
-        return max(MIN_BEAT_S, min(self.lease_seconds, self.offline_after_seconds) / 3)
+        return policy.beat_s(self.lease_seconds, self.offline_after_seconds)
 
     def _lease_s(self, ex: Execution) -> float:
         """How long `ex`'s lease is good for after `ex.renewed_at`: what the database
@@ -49,7 +48,7 @@ class LeaseKeeping(RunnerBase):
         later, or sooner for a lease that is due first (one granted shorter than the
         setting: changed by `fleetq apply`), never sooner than MIN_BEAT_S after `last`."""
         due = min((self._due(ex) for ex in self.executions.values()), default=math.inf)
-        return max(last + MIN_BEAT_S, min(last + self._beat_s(), due))
+        return max(last + policy.MIN_BEAT_S, min(last + self._beat_s(), due))
 
     def _renew_sooner(self, executions: Iterable[Execution]) -> None:
         """New leases (a claim, an adoption): wake the heartbeat loop if one is due
