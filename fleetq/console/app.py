@@ -266,6 +266,8 @@ class ConsoleApp(App[None]):
         show_overview(self)
         if name == "events":
             self.query_one(EventsView).draw()
+        elif name == "detail":
+            self.query_one(DetailView).expect(self.detail_job)
         focus_view(self, name)
         if self.ready and self.stale_since is None and not view_ready(self):
             self.hold_keys(f"the {name} view's rows")

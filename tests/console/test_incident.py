@@ -26,7 +26,7 @@ from fleetq.console.views.lanes import lane_panel
 from fleetq.console.views.runners import RunnersView
 from fleetq.core import roles
 from fleetq.core.db import as_uri, connect
-from fleetq.core.models import JobState, Runner, RunnerId, RunnerState
+from fleetq.core.models import JobId, JobState, Runner, RunnerId, RunnerState
 from fleetq.core.views import JobFilter
 from tests import factories
 from tests.console.conftest import SIZE, console, show, until
@@ -470,3 +470,26 @@ async def test_held_keys_go_on_a_busy_fleet_and_after_the_limit(
         burst(pilot, "j")
         await until(pilot, lambda: app.current == "jobs" and not app.typeahead.holding)
         assert app.query_one(JobsView).table.cursor_row == 1
+
+
+async def test_opening_another_job_never_shows_the_last_one_under_its_name(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: on a loaded machine Enter on job B showed job A's detail (head, events)
+    for the 2-3 s its read took, so the operator read A as the job they had opened."""
+    dsn, ids = fleet
+    app = console(dsn, job=ids["done"], view="detail")
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "4")
+        view = app.query_one(DetailView)
+        await until(pilot, lambda: view.detail is not None)
+        head = app.query_one("#detail-head", Static)
+        assert f"job {ids['done']} " in str(head.render())
+        app.action_view("jobs")
+        app.detail_job = JobId(ids["overlap"])  # what Enter on its row does, then:
+        app.action_view("detail")  # checked before its read could land
+        shown = str(head.render())
+        assert f"job {ids['done']} " not in shown and str(ids["overlap"]) in shown, shown
+        events: DataTable[Any] = app.query_one("#detail-events", DataTable)
+        assert events.row_count == 0
+        await until(pilot, lambda: view.detail is not None and view.detail.job.id == ids["overlap"])

@@ -169,10 +169,16 @@ class DetailView(VerticalScroll):
         else:
             self.app.action_go_back()  # type: ignore[attr-defined]
 
-    def clear(self, why: str) -> None:
+    def expect(self, job_id: int | None) -> None:
+        """The view opens on `job_id`: another job's detail must not stay on screen
+        (under a loaded machine its read takes seconds) to be read as this one's."""
+        if job_id is not None and (self.detail is None or self.detail.job.id != job_id):
+            self.clear(f"job {job_id}: reading…", style="bold")
+
+    def clear(self, why: str, *, style: str = "bold red") -> None:
         """Nothing to show (e.g. the job does not exist)."""
         self.detail = None
-        self.query_one("#detail-head", Static).update(Text(why, style="bold red"))
+        self.query_one("#detail-head", Static).update(Text(why, style=style))
         for name in ("#detail-summary", "#detail-timeline", "#detail-output"):
             self.query_one(name, Static).update("")
         for table in self.query(DataTable):
