@@ -1,21 +1,22 @@
 """What the runner's parts share: its state, and how they start background work.
 
-`RunnerService` (`service`) composes the parts, each a mixin over this base with one
-responsibility: `claiming` (a claim loop per lane), `keeping` (leases: renewal, the
-self-fence, stops, the collection and reaper passes, the runner's own state) and
-`control` (the LISTEN connection and the lock on the runner id). A part reaches another
-only through the methods declared here, and every loop follows `loops`' error rule.
+`RunnerService` (`service`) composes the parts: the claimers (`claimer`), a component
+of their own, and mixins over this base with one responsibility each: `keeping`
+(leases: renewal, the self-fence, stops, the collection and reaper passes, the runner's
+own state) and `control` (the LISTEN connection and the lock on the runner id). A part
+reaches another only through the methods declared here, and every loop follows `loops`'
+error rule.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fleetq.core.driver import AsyncpgDriver
-from fleetq.core.models import Claim, FencingToken, JobId, RunnerId, RunnerState
+from fleetq.core.models import FencingToken, JobId, RunnerId, RunnerState
 from fleetq.core.schedules import MinuteChecks
 from fleetq.runner import loops
 from fleetq.runner.config import RunnerConfig
@@ -37,7 +38,6 @@ class RunnerBase:
     tasks: dict[JobId, asyncio.Task[None]]
     _superseded: dict[asyncio.Task[None], tuple[JobId, FencingToken]]
     wakes: dict[str, asyncio.Event]
-    _looked_after: set[JobId]
     state: RunnerState
     shutdown_requested: asyncio.Event
     beat_wake: asyncio.Event  # the heartbeat loop looks again when its next renewal is due
@@ -65,9 +65,6 @@ class RunnerBase:
     def _bug(self, what: str, exc: Exception) -> None:
         raise NotImplementedError
 
-    def _launch(self, claim: Claim, lane: str, sent: float) -> None:
-        raise NotImplementedError
-
     async def _heartbeat_once(self) -> None:
         raise NotImplementedError
 
@@ -78,9 +75,6 @@ class RunnerBase:
         raise NotImplementedError
 
     def _beat_s(self) -> float:
-        raise NotImplementedError
-
-    def _renew_sooner(self, executions: Iterable[Execution]) -> None:
         raise NotImplementedError
 
     async def _reread_config(self) -> None:

@@ -1,6 +1,6 @@
 """The runner's composition root: one TaskGroup of named loops around local executions.
 
-Loops, each from its part: a claim loop per lane (`claiming`), the LISTEN connection
+Loops, each from its part: a claim loop per lane (`claimer`), the LISTEN connection
 with the lock on the runner id (`control`), the heartbeat, the self-fence, the collection
 and reaper passes and the schedules of its lanes (`keeping`), and the outcome writer
 (`reporter`). This module holds
@@ -48,9 +48,9 @@ from fleetq.core.models import (
     StartReport,
     Unusable,
 )
-from fleetq.runner import executor, identity, loops, metrics, orphans, pidfile
+from fleetq.runner import executor, identity, loops, orphans, pidfile
 from fleetq.runner.base import log
-from fleetq.runner.claiming import Claiming
+from fleetq.runner.claimer import Claimers, RunnerHooks
 from fleetq.runner.collection import collect
 from fleetq.runner.config import RunnerConfig
 from fleetq.runner.control import Control, close_quietly
@@ -103,7 +103,7 @@ class _StartUp:
             self.listener, self.registered = None, False
 
 
-class RunnerService(Claiming, LeaseKeeping, Control):
+class RunnerService(LeaseKeeping, Control):
     """One fleetq-runner process: the parts composed, its lifecycle, its executions."""
 
     def __init__(self, config: RunnerConfig) -> None:
@@ -118,9 +118,20 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             _warn_shared_uid()
         self.executions: dict[JobId, Execution] = {}
         self.tasks: dict[JobId, asyncio.Task[None]] = {}
-        self.wakes = {lane: asyncio.Event() for lane in config.lanes}
         self.state = RunnerState.ACTIVE
         self.shutdown_requested = asyncio.Event()
+        self.claimers = Claimers(
+            config=config,
+            runner=self.runner,
+            stop=self.shutdown_requested,
+            hooks=RunnerHooks(
+                executions=lambda: self.executions,
+                claiming=self._claiming,
+                launch=self._launch,
+                renew_sooner=self._renew_sooner,
+            ),
+        )
+        self.wakes = self.claimers.wakes
         self.beat_wake = asyncio.Event()
         self.immediate = False
         self.immediate_requested = asyncio.Event()
@@ -138,16 +149,11 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         self.reap_due = math.inf
         self.reap_wake = asyncio.Event()
         self._operations: dict[tuple[str, str], Operation] = {}
-        self._looked_after: set[JobId] = set()  # see Claiming._refilled
         self._reading_operations: asyncio.Future[dict[tuple[str, str], Operation]] | None = None
         # runs replaced by this runner's own newer claim of their job, until they end
         # runs of this runner stopping because it claimed their job again: task -> (job, token)
         self._superseded: dict[asyncio.Task[None], tuple[JobId, FencingToken]] = {}
-        self.claimers: list[asyncio.Task[None]] = []
-        for lane in config.lanes:  # read when scraped: nothing to count per job
-            metrics.SLOTS_IN_USE.labels(lane).set_function(
-                functools.partial(self._running_in, lane)
-            )
+        self.claim_tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -203,8 +209,8 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             self.driver,
             self.runner,
             give_up=self.immediate_requested,
-            refill_for=self._refill_for,
-            refilled=self._refilled,
+            refill_for=self.claimers.refill_for,
+            refilled=self.claimers.refilled,
         )
         directory = self.config.directory()
         self.kit = Toolkit(
@@ -233,8 +239,10 @@ class RunnerService(Claiming, LeaseKeeping, Control):
             guard = self._guarded
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(guard("listener", self._listen(listener)), name="listener")
-                self.claimers = [
-                    tg.create_task(guard(f"claim:{lane}", self._claim_loop(lane)), name=lane)
+                self.claim_tasks = [
+                    tg.create_task(
+                        guard(f"claim:{lane}", self.claimers.loop(lane, self.driver)), name=lane
+                    )
                     for lane in self.config.lanes
                 ]
                 tg.create_task(guard("heartbeat", self._heartbeats()), name="heartbeat")
@@ -440,7 +448,7 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         # job this runner holds is either run to its end or handed back below. Bounded:
         # a claim stuck on a broken connection must not keep the runner from stopping
         # (what it took is found below as held but not running here, and handed back).
-        _, stuck = await asyncio.wait(self.claimers, timeout=CLAIMERS_STOP_S)
+        _, stuck = await asyncio.wait(self.claim_tasks, timeout=CLAIMERS_STOP_S)
         if stuck:
             log.warning("claim loop(s) did not stop in %.0fs; cancelling them", CLAIMERS_STOP_S)
             dump_tasks(stuck)
@@ -527,6 +535,12 @@ class RunnerService(Claiming, LeaseKeeping, Control):
 
     # -- claiming ----------------------------------------------------------------------
 
+    def _claiming(self) -> bool:
+        return self.state == RunnerState.ACTIVE and not self.shutdown_requested.is_set()
+
+    def _running_in(self, lane: str) -> int:
+        return self.claimers.running_in(lane)
+
     def _launch(self, claim: Claim, lane: str, sent: float) -> None:
         ex = Execution(claim=claim, lane=lane, renewed_at=sent, lease_s=claim.lease_left_s)
         if (older := self.executions.get(claim.job_id)) is not None:
@@ -554,23 +568,12 @@ class RunnerService(Claiming, LeaseKeeping, Control):
         return labels
 
     def _finished(self, ex: Execution, task: asyncio.Task[None]) -> None:
-        job_id, lane = ex.claim.job_id, ex.lane
+        job_id = ex.claim.job_id
         self._superseded.pop(task, None)
         if self.tasks.get(job_id) is task:  # not a newer execution of the same job
             self.executions.pop(job_id, None)
             self.tasks.pop(job_id, None)
-        if job_id in self._looked_after:
-            # its outcome went with a claim that found the lane empty: nothing to look for
-            self._looked_after.discard(job_id)
-        else:
-            self.wakes[lane].set()
-        if ex.claim.memory_mb or ex.claim.cpu_millis:
-            # Memory and CPUs are the runner's, not the lane's: a job of another lane may
-            # have waited for what this one gave back (its lane's claim loop would
-            # otherwise look only at its next poll, up to --poll-max away).
-            for other, wake in self.wakes.items():
-                if other != lane:
-                    wake.set()
+        self.claimers.ended(ex)
         if self.state == RunnerState.DRAINING and not self.executions:
             self._spawn(self._heartbeat_once())  # say "drained" now, not at the next beat
 
