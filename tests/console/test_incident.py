@@ -123,18 +123,26 @@ async def test_the_cursor_stays_on_a_visible_row_after_a_sort(
     fleet: tuple[str, dict[str, int]],
 ) -> None:
     """Red before: `g s` kept the scroll at the top while the cursor's job moved to the
-    end: Enter then opened a job off screen."""
+    end: Enter then opened a job off screen.
+
+    Checked as the sort returns, before a refresh: Textual's own cursor watcher scrolls
+    to the cursor *after* the next refresh, from row offsets that are recomputed only
+    when the table is idle, so a Pilot that pauses first saw the watcher's scroll, and
+    passed on the old code; on a real terminal with 500 rows that late scroll could
+    leave the cursor a row past the bottom edge. The sort itself must set the scroll."""
     dsn, _ids = fleet
     _more_jobs(dsn, 40)
     app = console(dsn)
     async with app.run_test(size=(120, 24)) as pilot:
         await show(pilot, "3")
-        table = app.query_one(JobsView).table
+        view = app.query_one(JobsView)
+        table = view.table
         await pilot.press("g")  # the newest job, at the top: `s` sends it to the end
         await pilot.pause()
         assert _cursor_visible(table) and table.scroll_y == 0
         for _ in range(4):  # every order: oldest, state, lease left, lost
-            await pilot.press("s")
+            view.action_sort()  # what `s` does, checked before any refresh
+            assert _cursor_visible(table), (table.cursor_row, table.scroll_y)
             await pilot.pause()
             assert _cursor_visible(table), (table.cursor_row, table.scroll_y)
 
