@@ -21,6 +21,7 @@ from fleetq.console.dialogs import DrainForm, Help
 from fleetq.console.messages import Hint
 from fleetq.console.typeahead import HOLD_LIMIT_S
 from fleetq.console.views.detail import DetailView
+from fleetq.console.views.events import EventsView
 from fleetq.console.views.jobs import JobsView
 from fleetq.console.views.lanes import lane_panel
 from fleetq.console.views.runners import RunnersView
@@ -501,3 +502,30 @@ async def test_opening_another_job_never_shows_the_last_one_under_its_name(
         events: DataTable[Any] = app.query_one("#detail-events", DataTable)
         assert events.row_count == 0
         await until(pilot, lambda: view.detail is not None and view.detail.job.id == ids["overlap"])
+
+
+async def test_incident_search_finds_a_lease_expiry_behind_thousands_of_newer_events(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: the events view searched only the newest 1,200 events it held, so
+    after a 2,000-job submit `/lease_expired` found nothing while `fleetq events` listed
+    it. The search runs on the server over the whole history."""
+    dsn, ids = fleet
+    with connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO fleetq.events (kind, actor) "
+            "SELECT 'submitted', 'bulk' FROM generate_series(1, 3000)"
+        )
+        (newest,) = conn.execute("SELECT max(id) FROM fleetq.events").fetchone()  # type: ignore[misc]
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "6")
+        view = app.query_one(EventsView)
+        assert all(e.kind != "lease_expired" for e in view.tail)  # beyond what it holds
+        await pilot.press("slash", *"lease_expired", "enter")
+        await until(pilot, lambda: bool(view.found))
+        expired = [e for e in view.found if e.kind == "lease_expired"]
+        assert [e.job_id for e in expired] == [ids["overlap"]]
+        assert newest - expired[0].id > 1200
+        table: DataTable[Any] = app.query_one("#events-table", DataTable)
+        assert _row_keys(table) == [str(e.id) for e in view.found]
