@@ -9,7 +9,7 @@ from pathlib import Path
 from fleetq.cli.common import actor, add_actor, run
 from fleetq.cli.exits import Exit
 from fleetq.cli.output import emit_json, table
-from fleetq.core import config, configview, migrate, removal, schedules
+from fleetq.core import config, configview, migrate, migrationfiles, removal, schedules
 from fleetq.core.db import connect, resolve_dsn, wrap_errors
 from fleetq.core.errors import InvalidInput, NotFound
 from fleetq.core.text import escape
@@ -112,7 +112,7 @@ def _migrate(args: argparse.Namespace) -> int:
         print(f"applied {m.name}")
     for name in protocol:
         print(f"re-applied {name}")
-    print(f"schema up to date ({len(migrate.discover())} migrations)")
+    print(f"schema up to date ({len(migrationfiles.discover())} migrations)")
     return 0
 
 

@@ -1,25 +1,10 @@
-"""Forward-only, checksummed schema migrations.
+"""Forward-only, checksummed schema migrations: bring a database to this code's schema,
+and refuse to run on one it cannot use.
 
-Why each rule:
-- Files are `NNNN_description.sql`, applied in order, each in its own transaction, so a
-  failing migration leaves the database at the last good version, never half-way.
-- A run holds the migration lock, so two `fleetq migrate` started at once apply each
-  migration exactly once: the second waits, then finds nothing pending. The lock is
-  `LOCK TABLE fleetq.migration_lock IN EXCLUSIVE MODE` in a transaction of a second
-  connection that lasts the whole run (the migrations commit one by one on the first),
-  never an advisory key (issue 41): any login may take any advisory key, and keep a
-  session's for as long as it stays connected, so one reader stalled every upgrade. The
-  table belongs to fleetq_owner and no other role has any privilege on it (the SELECT
-  `fleetq.secure()` grants on every table is taken back); a lock that conflicts with
-  EXCLUSIVE needs a write privilege or ownership, so only administrators take it. It is
-  fleetq_owner's from the start because `fleetq.secure()` hands tables to fleetq_owner
-  with ALTER TABLE, which would wait for the run's own lock. The lock's session has no
-  timeouts: it waits for another run, then sits idle in its transaction.
-- The schema, the record table and the lock's table are made before the lock (there is
-  nothing to lock yet): first runs racing there fail on a CREATE and run it again.
-  `reset` locks and drops in one transaction; a run that waited on the dropped table
-  starts over from that bootstrap. A run whose lock session ends stops before its next
-  step (and the record's primary key refuses a migration applied twice regardless).
+Why each rule (the files' names and markers: `migrationfiles`; the lock that makes one
+run at a time: `migrationlock`):
+- Each migration is applied in its own transaction, so a failing migration leaves the
+  database at the last good version, never half-way.
 - Each applied file's sha256 is recorded; a changed file is refused, because the schema
   it describes is no longer the schema the database has.
 - Upgrades are expand first, contract later, so a fleet is upgraded node by node while
@@ -27,8 +12,7 @@ Why each rule:
   nullable or defaulted columns, new functions, indexes; code one release
   older keeps working on it) unless its leading comment lines hold `-- fleetq: contract`
   (it drops or renames what older code uses, changes a signature or meaning older code
-  calls, tightens a constraint older code may break). `-- fleetq: expand` may be written
-  too; any other value, a second marker or one below the first statement is refused.
+  calls, tightens a constraint older code may break).
 - Processes that use the queue (runner, console, API, CLI) call `check_schema`: code that
   knows migrations 1..N runs on a database at M >= N when none of N+1..M is a contract
   migration, and refuses one behind (M < N: run `fleetq migrate`) or past a contract
@@ -57,9 +41,7 @@ Why each rule:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
@@ -72,47 +54,15 @@ from pydantic import BaseModel, ConfigDict
 from fleetq.core.db import SyncConnection, connect, with_database, wrap_errors
 from fleetq.core.driver import Driver
 from fleetq.core.errors import MigrationChecksumMismatch, MigrationError, SchemaOutOfDate
-from fleetq.core.queries import sql
-from fleetq.core.resources import shipped_dir
-
-# Attempts at the bootstrap (first runs racing on a CREATE) and at taking the lock (its
-# table dropped by a `reset` while the run waited): each failure means another run got on.
-_BOOTSTRAP_ATTEMPTS = 5
-_LOCK_ATTEMPTS = 10
-# The bootstrap lost a race: another run created the object first, or a reset dropped it.
-_BOOTSTRAP_RACES = (
-    psycopg.errors.UniqueViolation,
-    psycopg.errors.DuplicateObject,
-    psycopg.errors.DuplicateSchema,
-    psycopg.errors.DuplicateTable,
-    psycopg.errors.InvalidSchemaName,
-    psycopg.errors.UndefinedTable,
+from fleetq.core.migrationfiles import (
+    PROTOCOL,
+    Migration,
+    ProtocolFile,
+    discover,
+    discover_protocol,
 )
-# The lock's table (or its schema) was dropped by a reset while this run waited on it.
-_DROPPED = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
-_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_PROTOCOL_NAME = re.compile(r"^[a-z0-9_]+\.sql$")
-# `-- fleetq: contract` (or `expand`), matched loosely so a misspelt one is refused, never
-# read as no marker at all
-_MARKER = re.compile(r"^--\s*fleetq\s*:(.*)$", re.IGNORECASE)
-_KINDS = ("expand", "contract")
-PROTOCOL = "protocol"  # the subdirectory of the migrations holding the protocol files
-
-
-class Migration(BaseModel):
-    """One migration file."""
-
-    model_config = ConfigDict(frozen=True)
-
-    version: int
-    name: str
-    path: Path
-    checksum: str
-    contract: bool = False  # `-- fleetq: contract` in its header
-
-    def sql(self) -> bytes:
-        """The file's bytes, exactly those that were checksummed."""
-        return self.path.read_bytes()
+from fleetq.core.migrationlock import migration_lock, still_held
+from fleetq.core.queries import sql
 
 
 class MigrationState(StrEnum):
@@ -148,81 +98,6 @@ class AppliedMigration(BaseModel):
     contract: bool = False
 
 
-def discover(directory: Path | None = None) -> list[Migration]:
-    """The migration files in order; a misnamed file or a gap in numbering is an error,
-    because it would silently reorder the schema's history."""
-    directory = directory or shipped_dir("migrations")
-    found: list[Migration] = []
-    for path in sorted(directory.glob("*.sql")):
-        match = _NAME.match(path.name)
-        if match is None:
-            raise MigrationError(f"{path.name}: migration files are named NNNN_description.sql")
-        text = path.read_bytes()
-        found.append(
-            Migration(
-                version=int(match[1]),
-                name=path.name,
-                path=path,
-                checksum=hashlib.sha256(text).hexdigest(),
-                contract=is_contract(path.name, text.decode("utf-8", errors="replace")),
-            )
-        )
-    for expected, migration in enumerate(found, start=1):
-        if migration.version != expected:
-            raise MigrationError(
-                f"{migration.name}: expected migration {expected:04d} here (numbering has a gap "
-                "or a duplicate)"
-            )
-    return found
-
-
-def is_contract(name: str, text: str) -> bool:
-    """Whether a migration's leading comment lines hold `-- fleetq: contract`. A marker
-    that is misspelt, repeated or below the first statement is an error, never a silent
-    expand: a contract taken for an expand lets older code start on a schema it cannot
-    use."""
-    kinds: list[str] = []
-    in_header = True
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        match = _MARKER.match(stripped)
-        if match is None:
-            in_header = in_header and (not stripped or stripped.startswith("--"))
-            continue
-        kind = match[1].strip().lower()
-        where = f"{name} line {number}: `{stripped}`"
-        if kind not in _KINDS:
-            raise MigrationError(f"{where}: the kind is `expand` or `contract`")
-        if not in_header:
-            raise MigrationError(f"{where}: the marker belongs in the leading comment lines")
-        if kinds:
-            raise MigrationError(f"{where}: a migration has one marker at most")
-        kinds.append(kind)
-    return kinds == ["contract"]
-
-
-class ProtocolFile(BaseModel):
-    """One file of protocol functions, re-applied when its checksum changes."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    path: Path
-    checksum: str
-
-
-def discover_protocol(directory: Path | None = None) -> list[ProtocolFile]:
-    """The protocol files, in name order (the order they are applied in)."""
-    base = (directory or shipped_dir("migrations")) / PROTOCOL
-    found: list[ProtocolFile] = []
-    for path in sorted(base.glob("*.sql")):
-        if not _PROTOCOL_NAME.match(path.name):
-            raise MigrationError(f"{PROTOCOL}/{path.name}: protocol files are named concern.sql")
-        checksum = hashlib.sha256(path.read_bytes()).hexdigest()
-        found.append(ProtocolFile(name=path.name, path=path, checksum=checksum))
-    return found
-
-
 def migrate(
     dsn: str,
     directory: Path | None = None,
@@ -235,16 +110,16 @@ def migrate(
     run holds the migration lock, `on_wait` hears whom this one waits for."""
     migrations = discover(directory)
     protocol = discover_protocol(directory)
-    with connect(dsn, autocommit=True) as conn, _migration_lock(conn, dsn, on_wait) as lock:
+    with connect(dsn, autocommit=True) as conn, migration_lock(conn, dsn, on_wait) as lock:
         applied = _applied(conn)
         _verify(migrations, applied)
         pending = [m for m in migrations if m.version not in applied]
         for migration in pending:
-            _still_held(lock)
+            still_held(lock)
             _apply(conn, migration)
         # the protocol after the migrations (a migration may drop a function whose
         # new signature a protocol file creates); ownership and grants after both
-        _still_held(lock)
+        still_held(lock)
         changed = _apply_protocol(conn, protocol)
         if pending and not changed:
             _secure(conn)
@@ -252,90 +127,6 @@ def migrate(
             if on_protocol is not None:
                 on_protocol(name)
         return pending
-
-
-def reset(dsn: str) -> None:
-    """Drop the fleetq schema and everything in it, under the migration lock, so the next
-    `migrate` starts from nothing. For starting a demo over (`fleetq demo --reset`); the
-    rest of the database is left alone. The lock and the drop are one transaction: the
-    lock's table goes with the schema, and a migrate waiting on it starts over."""
-    for _ in range(_LOCK_ATTEMPTS):
-        with connect(dsn, autocommit=True) as conn:
-            try:
-                with conn.transaction():
-                    conn.execute(sql("migrate_reset"))
-                return
-            except _DROPPED:  # another reset dropped the lock's table while this waited
-                continue
-    raise MigrationError(f"the fleetq schema was dropped {_LOCK_ATTEMPTS} times meanwhile")
-
-
-@contextlib.contextmanager
-def _migration_lock(
-    conn: SyncConnection, dsn: str, on_wait: Callable[[str], None] | None
-) -> Iterator[SyncConnection]:
-    """Bootstrap on `conn`, then hold the migration lock on a connection of its own for
-    the whole block; start over when a reset dropped the lock's table meanwhile."""
-    for _ in range(_LOCK_ATTEMPTS):
-        _bootstrap(conn)
-        with connect(dsn) as lock:
-            if not _take(lock, on_wait):
-                continue
-            try:
-                # under the lock: GRANT and REVOKE lock nothing, and a REVOKE racing another
-                # run's fleetq.secure() fails ("tuple concurrently updated")
-                conn.execute(sql("migrate_lock_private"))
-                yield lock
-            finally:
-                lock.close()  # ends its transaction, and with it the lock
-            return
-    raise MigrationError(f"the fleetq schema was dropped {_LOCK_ATTEMPTS} times meanwhile")
-
-
-def _bootstrap(conn: SyncConnection) -> None:
-    """The schema, the record table and the lock's table. Concurrent first runs race
-    here; the loser's transaction rolled back, so it runs again and finds what the winner
-    made. It runs beside another run's migrations, so it writes nothing that exists."""
-    lost: psycopg.Error | None = None
-    for _ in range(_BOOTSTRAP_ATTEMPTS):
-        try:
-            conn.execute(sql("migrate_bootstrap"))
-            return
-        except _BOOTSTRAP_RACES as exc:
-            lost = exc
-    raise MigrationError(f"could not create the fleetq schema: {lost}") from lost
-
-
-def _take(lock: SyncConnection, on_wait: Callable[[str], None] | None) -> bool:
-    """Take the migration lock in a transaction of `lock`, waiting as long as another run
-    holds it (saying whom for); False when a reset dropped its table meanwhile."""
-    lock.execute(sql("migrate_lock_session"))
-    lock.commit()  # session settings: a rolled-back SET would be undone
-    try:
-        try:
-            lock.execute(sql("migrate_lock_nowait"))
-        except psycopg.errors.LockNotAvailable:
-            lock.rollback()
-            pids = [str(pid) for (pid,) in lock.execute(sql("migrate_lock_holders"))]
-            if pids and on_wait is not None:
-                on_wait(f"waiting for another fleetq migrate or reset (pid {', '.join(pids)})")
-            lock.execute(sql("migrate_lock"))
-    except _DROPPED:
-        lock.rollback()
-        return False
-    return True
-
-
-def _still_held(lock: SyncConnection) -> None:
-    """Before each step: the lock's session is alive and holds the lock, or the run stops
-    with the database at the last migration it applied."""
-    lost = "the migration lock's session ended; run `fleetq migrate` again"
-    try:
-        row = lock.execute(sql("migrate_lock_held")).fetchone()
-    except psycopg.Error as exc:  # ended by the server (a timeout, an admin) or the network
-        raise MigrationError(lost) from exc
-    if not (row and row[0]):
-        raise MigrationError(lost)
 
 
 def status(dsn: str, directory: Path | None = None) -> list[MigrationStatus]:

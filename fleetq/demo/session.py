@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from fleetq.core import config, migrate, report
+from fleetq.core import config, migrate, migrationlock, report
 from fleetq.core.db import connect, resolve_dsn
 from fleetq.core.driver import open_driver
 from fleetq.core.embedded import default_home
@@ -143,7 +143,7 @@ def prepare(
     `dsn` is the demo's own database (`database.exclusive`), whose lock the caller holds:
     the reset drops its fleetq schema, never the user's."""
     if options.reset:
-        migrate.reset(dsn)
+        migrationlock.reset(dsn)
         _clear_runners(work)
         say("reset: dropped the demo database's fleetq schema and the demo's runner directories")
     applied = migrate.migrate(dsn)

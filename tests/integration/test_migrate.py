@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from fleetq.cli.main import main as fleetq
-from fleetq.core import migrate, roles
+from fleetq.core import migrate, migrationfiles, migrationlock, roles
 from fleetq.core.driver import open_driver
 from fleetq.core.errors import MigrationChecksumMismatch, MigrationError, SchemaOutOfDate
 from fleetq.core.migrate import MigrationState
@@ -46,7 +46,7 @@ def migrations_copy(tmp_path: Path) -> Path:
 
 def test_first_run_applies_all_and_second_is_a_no_op(empty_dsn: str) -> None:
     applied = migrate.migrate(empty_dsn)
-    assert [m.version for m in applied] == list(range(1, len(migrate.discover()) + 1))
+    assert [m.version for m in applied] == list(range(1, len(migrationfiles.discover()) + 1))
     assert migrate.migrate(empty_dsn) == []
     assert _recorded(empty_dsn) == [(m.version, m.name) for m in applied]
 
@@ -69,7 +69,7 @@ def test_changed_file_is_refused_and_shown(empty_dsn: str, migrations_copy: Path
 
 
 def test_failing_migration_rolls_back_alone(empty_dsn: str, migrations_copy: Path) -> None:
-    count = len(migrate.discover(migrations_copy))
+    count = len(migrationfiles.discover(migrations_copy))
     bad = migrations_copy / f"{count + 1:04d}_broken.sql"
     bad.write_text("CREATE TABLE fleetq.half_done (id int);\nSELECT 1/0;\n")
     with pytest.raises(MigrationError, match=r"broken\.sql failed and was rolled back"):
@@ -81,16 +81,16 @@ def test_failing_migration_rolls_back_alone(empty_dsn: str, migrations_copy: Pat
 
 
 def test_gap_in_numbering_is_an_error(migrations_copy: Path) -> None:
-    ahead = len(migrate.discover(migrations_copy)) + 2  # one number skipped
+    ahead = len(migrationfiles.discover(migrations_copy)) + 2  # one number skipped
     (migrations_copy / f"{ahead:04d}_far_ahead.sql").write_text("SELECT 1;")
     with pytest.raises(MigrationError, match="numbering has a gap"):
-        migrate.discover(migrations_copy)
+        migrationfiles.discover(migrations_copy)
 
 
 def test_misnamed_file_is_an_error(migrations_copy: Path) -> None:
     (migrations_copy / "2_oops.sql").write_text("SELECT 1;")
     with pytest.raises(MigrationError, match=r"NNNN_description\.sql"):
-        migrate.discover(migrations_copy)
+        migrationfiles.discover(migrations_copy)
 
 
 def test_concurrent_migrate_from_two_processes_applies_each_once(empty_dsn: str) -> None:
@@ -104,8 +104,8 @@ def test_concurrent_migrate_from_two_processes_applies_each_once(empty_dsn: str)
     applied_lines = [
         line for out, _ in outputs for line in out.splitlines() if line.startswith("applied ")
     ]
-    assert len(applied_lines) == len(migrate.discover())  # each applied by exactly one
-    assert len(_recorded(empty_dsn)) == len(migrate.discover())
+    assert len(applied_lines) == len(migrationfiles.discover())  # each applied by exactly one
+    assert len(_recorded(empty_dsn)) == len(migrationfiles.discover())
 
 
 def test_database_newer_than_code_is_refused(empty_dsn: str, migrations_copy: Path) -> None:
@@ -145,8 +145,8 @@ def test_protocol_files_are_applied_once_then_again_only_when_changed(
 ) -> None:
     said: list[str] = []
     migrate.migrate(empty_dsn, migrations_copy, on_protocol=said.append)
-    assert said == [f"protocol/{f.name}" for f in migrate.discover_protocol(migrations_copy)]
-    assert "cancel.sql" in [f.name for f in migrate.discover_protocol(migrations_copy)]
+    assert said == [f"protocol/{f.name}" for f in migrationfiles.discover_protocol(migrations_copy)]
+    assert "cancel.sql" in [f.name for f in migrationfiles.discover_protocol(migrations_copy)]
     said.clear()
     assert migrate.migrate(empty_dsn, migrations_copy, on_protocol=said.append) == []
     assert said == []
@@ -191,7 +191,7 @@ ALTER TABLE fleetq.lanes DROP COLUMN note;
 def _release(base: Path, target: Path, name: str, text: str) -> Path:
     """A later release's migrations: those of `base` and one more, numbered on."""
     shutil.copytree(base, target)
-    (target / f"{len(migrate.discover(base)) + 1:04d}_{name}.sql").write_text(text)
+    (target / f"{len(migrationfiles.discover(base)) + 1:04d}_{name}.sql").write_text(text)
     return target
 
 
@@ -219,7 +219,7 @@ def test_old_code_refuses_a_database_past_a_contract_migration_naming_it(
 ) -> None:
     following, after = later
     migrate.migrate(empty_dsn, after)
-    contract = re.escape(migrate.discover(after)[-1].name)
+    contract = re.escape(migrationfiles.discover(after)[-1].name)
     with psycopg.connect(empty_dsn) as conn:
         for release in (None, following):  # this code; the next release, which added it
             with pytest.raises(SchemaOutOfDate, match=f"past {contract}, a contract migration"):
@@ -229,7 +229,7 @@ def test_old_code_refuses_a_database_past_a_contract_migration_naming_it(
 
 def test_code_refuses_a_database_behind_it(empty_dsn: str, later: tuple[Path, Path]) -> None:
     migrate.migrate(empty_dsn)
-    current = len(migrate.discover())
+    current = len(migrationfiles.discover())
     behind = f"at migration {current:04d}, this fleetq needs {current + 1:04d}: run `fleetq"
     with psycopg.connect(empty_dsn) as conn, pytest.raises(SchemaOutOfDate, match=behind):
         migrate.require_current(conn, later[0])
@@ -243,7 +243,7 @@ async def test_the_async_start_up_check_runs_on_an_expand_migration_ahead(
     async with open_driver(empty_dsn, kind="asyncpg") as driver:
         await migrate.require_current_async(driver)
         migrate.migrate(empty_dsn, later[1])
-        contract = re.escape(migrate.discover(later[1])[-1].name)
+        contract = re.escape(migrationfiles.discover(later[1])[-1].name)
         with pytest.raises(SchemaOutOfDate, match=f"past {contract}"):
             await migrate.require_current_async(driver)
         newer = _release(later[1], later[1].parent / "newer", "more", "SELECT 1;")
@@ -257,7 +257,7 @@ def test_migrate_records_which_migrations_are_contract_ones(
     migrate.migrate(empty_dsn, later[1])
     with psycopg.connect(empty_dsn) as conn:
         rows = conn.execute("SELECT version FROM fleetq.schema_migrations WHERE contract")
-        assert [int(v) for (v,) in rows] == [len(migrate.discover(later[1]))]
+        assert [int(v) for (v,) in rows] == [len(migrationfiles.discover(later[1]))]
     kinds = [(r.state, r.contract) for r in migrate.status(empty_dsn)]  # as this code sees it
     unknown = MigrationState.UNKNOWN
     assert kinds[-3:] == [(MigrationState.APPLIED, False), (unknown, False), (unknown, True)]
@@ -278,7 +278,7 @@ async def test_a_database_from_before_the_contract_column_is_still_read(
 ) -> None:
     """The flag is read without naming its column: code that has the column's migration
     must still read a database without it, and say it is behind."""
-    shipped = migrate.discover(migrations_copy)
+    shipped = migrationfiles.discover(migrations_copy)
     column = next(m for m in shipped if m.name.endswith("_contract_migrations.sql"))
     for m in shipped[column.version - 1 :]:
         m.path.unlink()
@@ -393,7 +393,7 @@ def test_a_migrate_beside_a_running_one_waits_on_the_lock_alone(
         wait_for(lambda: _migrates_waiting(db_dsn) == 1, "the second run waiting")
         main.commit()
         lock.rollback()
-    assert [m.name for m in run.outcome()] == [migrate.discover(later[0])[-1].name]
+    assert [m.name for m in run.outcome()] == [migrationfiles.discover(later[0])[-1].name]
     assert _privileges(db_dsn) == ("fleetq_owner", [])
 
 
@@ -428,7 +428,7 @@ def test_no_fleetq_login_can_hold_up_a_migration(
         assert held == (1,)  # the old key, held twice (session and transaction)
 
         run = _InThread(lambda: migrate.migrate(db_dsn, later[0]))
-        assert [m.name for m in run.outcome()] == [migrate.discover(later[0])[-1].name]
+        assert [m.name for m in run.outcome()] == [migrationfiles.discover(later[0])[-1].name]
         holder.rollback()
 
 
@@ -437,7 +437,7 @@ def test_concurrent_first_runs_apply_each_migration_once(empty_dsn: str) -> None
     then take turns under the lock: every migration is applied by exactly one of them."""
     runs = [_InThread(lambda: migrate.migrate(empty_dsn)) for _ in range(4)]
     applied = [m.version for run in runs for m in run.outcome(120.0)]
-    everything = [m.version for m in migrate.discover()]
+    everything = [m.version for m in migrationfiles.discover()]
     assert sorted(applied) == everything
     assert [v for v, _ in _recorded(empty_dsn)] == everything
 
@@ -451,14 +451,14 @@ def test_reset_drops_the_lock_a_migrate_waits_on_and_the_migrate_starts_over(
     said: list[str] = []
     with psycopg.connect(db_dsn) as stand_in:  # a migrate, running
         stand_in.execute("LOCK TABLE fleetq.migration_lock IN EXCLUSIVE MODE")
-        reset = _InThread(lambda: migrate.reset(db_dsn))
+        reset = _InThread(lambda: migrationlock.reset(db_dsn))
         wait_for(lambda: _waiting_on_the_lock(db_dsn, relation) == 1, "the reset waiting")
         run = _InThread(lambda: migrate.migrate(db_dsn, later[0], on_wait=said.append))
         wait_for(lambda: _waiting_on_the_lock(db_dsn, relation) == 2, "the migrate waiting")
         pid = stand_in.info.backend_pid
         stand_in.rollback()
     reset.outcome()  # first in line: it dropped the table the migrate waited on
-    everything = migrate.discover(later[0])
+    everything = migrationfiles.discover(later[0])
     assert run.outcome() == everything
     assert _recorded(db_dsn) == [(m.version, m.name) for m in everything]
     assert said == [f"waiting for another fleetq migrate or reset (pid {pid})"]
@@ -469,7 +469,7 @@ def test_a_reset_waits_for_a_running_migrate(db_dsn: str) -> None:
     relation = _lock_oid(db_dsn)
     with psycopg.connect(db_dsn) as stand_in:
         stand_in.execute("LOCK TABLE fleetq.migration_lock IN EXCLUSIVE MODE")
-        reset = _InThread(lambda: migrate.reset(db_dsn))
+        reset = _InThread(lambda: migrationlock.reset(db_dsn))
         wait_for(lambda: _waiting_on_the_lock(db_dsn, relation) == 1, "the reset waiting")
         assert _recorded(db_dsn)  # still all there
         stand_in.rollback()
@@ -490,7 +490,7 @@ def test_the_lock_outlasts_the_servers_idle_in_transaction_timeout(
             f'ALTER DATABASE "{name}" SET idle_in_transaction_session_timeout = 300'.encode()
         )
     applied = migrate.migrate(db_dsn, slow)
-    assert [m.name for m in applied] == [m.name for m in migrate.discover(slow)[-2:]]
+    assert [m.name for m in applied] == [m.name for m in migrationfiles.discover(slow)[-2:]]
 
 
 @contextlib.contextmanager
@@ -513,6 +513,6 @@ def test_an_administrator_who_is_no_superuser_migrates(
     takes the lock as its owner, and the bootstrap asks for no CREATE on the database."""
     with _administrator(db_dsn) as dsn:
         assert [m.name for m in migrate.migrate(dsn, later[0])] == [
-            migrate.discover(later[0])[-1].name
+            migrationfiles.discover(later[0])[-1].name
         ]
         assert migrate.migrate(dsn, later[0]) == []

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from fleetq.core import leasing, migrate, report
+from fleetq.core import leasing, migrate, migrationfiles, migrationlock, report
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
 from fleetq.core.models import FencingToken, JobId
@@ -219,9 +219,9 @@ async def test_runners_and_clock(driver: Driver, sync_conn: SyncConnection) -> N
 def test_reset_drops_the_schema_and_migrate_rebuilds_it(db_dsn: str) -> None:
     with connect(db_dsn, autocommit=True) as conn:
         factories.job(conn)
-    migrate.reset(db_dsn)
+    migrationlock.reset(db_dsn)
     with connect(db_dsn) as conn:
         assert conn.execute("SELECT to_regnamespace('fleetq')").fetchone() == (None,)
-    assert len(migrate.migrate(db_dsn)) == len(migrate.discover())
+    assert len(migrate.migrate(db_dsn)) == len(migrationfiles.discover())
     with connect(db_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM fleetq.jobs").fetchone() == (0,)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetq.core import migrate
+from fleetq.core import migrationfiles
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ def _run(
 
 def test_wheel_ships_migrations_examples_and_sql(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    for m in migrate.discover():
+    for m in migrationfiles.discover():
         assert f"fleetq/migrations/{m.name}" in names
     assert "fleetq/examples/fleet.toml" in names
     assert "fleetq/core/sql/config.sql" in names

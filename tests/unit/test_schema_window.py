@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetq.core import migrate
+from fleetq.core import migrate, migrationfiles
 from fleetq.core.errors import MigrationError, SchemaOutOfDate
 from fleetq.core.migrate import AppliedMigration
 
@@ -67,12 +67,12 @@ def test_a_gap_in_the_history_is_refused() -> None:
 
 
 def test_the_contract_marker_is_read_from_the_leading_comments() -> None:
-    assert migrate.is_contract("x.sql", "-- why\n-- fleetq: contract\n\nDROP TABLE t;\n")
-    assert migrate.is_contract("x.sql", "--fleetq:contract\nDROP TABLE t;\n")
-    assert migrate.is_contract("x.sql", "-- FleetQ: Contract\nDROP TABLE t;\n")
-    assert not migrate.is_contract("x.sql", "-- fleetq: expand\nCREATE TABLE t ();\n")
-    assert not migrate.is_contract("x.sql", "-- no marker: expand\nCREATE TABLE t ();\n")
-    assert not migrate.is_contract("x.sql", "-- see fleetq/core/migrate.py\nSELECT 1;\n")
+    assert migrationfiles.is_contract("x.sql", "-- why\n-- fleetq: contract\n\nDROP TABLE t;\n")
+    assert migrationfiles.is_contract("x.sql", "--fleetq:contract\nDROP TABLE t;\n")
+    assert migrationfiles.is_contract("x.sql", "-- FleetQ: Contract\nDROP TABLE t;\n")
+    assert not migrationfiles.is_contract("x.sql", "-- fleetq: expand\nCREATE TABLE t ();\n")
+    assert not migrationfiles.is_contract("x.sql", "-- no marker: expand\nCREATE TABLE t ();\n")
+    assert not migrationfiles.is_contract("x.sql", "-- see fleetq/core/migrate.py\nSELECT 1;\n")
 
 
 @pytest.mark.parametrize(
@@ -86,22 +86,22 @@ def test_the_contract_marker_is_read_from_the_leading_comments() -> None:
 )
 def test_a_doubtful_marker_is_an_error_not_an_expand(text: str, says: str) -> None:
     with pytest.raises(MigrationError, match=says):
-        migrate.is_contract("0042_x.sql", text)
+        migrationfiles.is_contract("0042_x.sql", text)
 
 
 def test_discover_reads_each_files_kind(tmp_path: Path) -> None:
     (tmp_path / "0001_tables.sql").write_text("-- fleetq: expand\nCREATE TABLE t (a int);\n")
     (tmp_path / "0002_drop.sql").write_text("-- fleetq: contract\nALTER TABLE t DROP a;\n")
     (tmp_path / "0003_index.sql").write_text("CREATE INDEX ON t (a);\n")
-    assert [m.contract for m in migrate.discover(tmp_path)] == [False, True, False]
+    assert [m.contract for m in migrationfiles.discover(tmp_path)] == [False, True, False]
     (tmp_path / "0004_typo.sql").write_text("-- fleetq: contrat\nSELECT 1;\n")
     with pytest.raises(MigrationError, match=r"0004_typo\.sql line 1"):
-        migrate.discover(tmp_path)
+        migrationfiles.discover(tmp_path)
 
 
 def test_every_shipped_migration_before_the_contract_column_is_expand() -> None:
     """The column that records the kind defaults to false for them: honest only while
     none of their files says contract (their text can no longer change)."""
-    shipped = migrate.discover()
+    shipped = migrationfiles.discover()
     column = next(m.version for m in shipped if m.name.endswith("_contract_migrations.sql"))
     assert not any(m.contract for m in shipped if m.version <= column)
