@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 
 from fleetq.cli.common import Commands, actor, add_actor, add_json, job_id_arg, run
-from fleetq.cli.jobs import warn_if_nobody_can
 from fleetq.cli.output import emit_json
+from fleetq.cli.submit import warn_if_nobody_can
 from fleetq.core import producer
 from fleetq.core.models import JobId
 
