@@ -15,7 +15,8 @@ from fleetq.core.db import as_uri, resolve_dsn
 from fleetq.core.errors import FleetqError
 from fleetq.runner import config as runner_config
 from fleetq.runner import metrics, orphans, tracing
-from fleetq.runner.service import RunnerService, install_signals
+from fleetq.runner.service import RunnerService
+from fleetq.runner.signals import install_signals
 
 
 class _Parser(argparse.ArgumentParser):

@@ -23,7 +23,7 @@ import os
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,7 +56,6 @@ from fleetq.runner.config import RunnerConfig
 from fleetq.runner.control import Control, close_quietly
 from fleetq.runner.execution import (
     Execution,
-    Operation,
     Toolkit,
     carry_on,
     carry_out,
@@ -66,8 +65,10 @@ from fleetq.runner.fencing import SELF_FENCE_CHECK_S
 from fleetq.runner.jobuser import JobUsers
 from fleetq.runner.journal import Entry, Journal
 from fleetq.runner.keeping import LeaseKeeping
+from fleetq.runner.operations import Operations
 from fleetq.runner.private import private_directory
 from fleetq.runner.reporter import Reporter
+from fleetq.runner.signals import dump_tasks
 from fleetq.runner.staging import Staging
 
 # how long shutdown waits for the claim loops to see it (a claim has a 30 s client
@@ -148,8 +149,7 @@ class RunnerService(LeaseKeeping, Control):
         self.schedule_checks = schedules.MinuteChecks()  # when it next looks for due ticks
         self.reap_due = math.inf
         self.reap_wake = asyncio.Event()
-        self._operations: dict[tuple[str, str], Operation] = {}
-        self._reading_operations: asyncio.Future[dict[tuple[str, str], Operation]] | None = None
+        self.operations = Operations(lambda: self.driver)
         # runs replaced by this runner's own newer claim of their job, until they end
         # runs of this runner stopping because it claimed their job again: task -> (job, token)
         self._superseded: dict[asyncio.Task[None], tuple[JobId, FencingToken]] = {}
@@ -222,7 +222,7 @@ class RunnerService(LeaseKeeping, Control):
             reporter=self.reporter,
             logs=private_directory(directory / "logs"),
             keep_failed=self.config.keep_failed,
-            operation=self._operation,
+            operation=self.operations.get,
             journal=Journal(directory / "journal.jsonl"),
             adopt=self.config.orphans == "adopt",
             job_users=self.job_users,
@@ -422,8 +422,7 @@ class RunnerService(LeaseKeeping, Control):
         follows them from now) and the operations it runs (read again at their next
         launch). Caps, retries and the lease each claim or renewal grants are the
         database's own, read by every statement that uses them."""
-        self._operations = {}
-        self._reading_operations = None  # a read begun before the change is not reused
+        self.operations.forget()
         await self._read_timing()
         self.beat_wake.set()  # the next renewal may be due sooner now
 
@@ -692,32 +691,6 @@ class RunnerService(LeaseKeeping, Control):
             await self._runner_error(ex, exc)
         await self._after_stop(ex)
 
-    async def _operation(self, project: str, name: str) -> Operation | None:
-        if (project, name) not in self._operations:
-            # one read for every job that misses at once (a first batch of 256 jobs made
-            # 256 reads); a read that failed is not shared with the next miss
-            if self._reading_operations is None or self._reading_operations.done():
-                self._reading_operations = asyncio.ensure_future(self._read_operations())
-            reading = self._reading_operations
-            read = await asyncio.shield(reading)
-            if reading is self._reading_operations:  # not one that predates a change
-                self._operations = read
-            return read.get((project, name))
-        return self._operations.get((project, name))
-
-    async def _read_operations(self) -> dict[tuple[str, str], Operation]:
-        rows = await self.driver.fetch(queries.sql("lease_operations"))
-        return {
-            (r["project"], r["operation"]): Operation(
-                command=r["command"],
-                handler=r["handler"],
-                timeout_s=r["timeout_s"],
-                repository=r["repository"],
-                limits=executor.Limits.model_validate(r["limits"] or {}),
-            )
-            for r in rows
-        }
-
     # -- leases, state, wake-ups -------------------------------------------------------
 
 
@@ -735,44 +708,3 @@ def _warn_shared_uid() -> None:
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:
     """Nothing to reset (see RunnerService.run)."""
-
-
-def install_signals(service: RunnerService, add: Callable[[int, Callable[[], None]], None]) -> None:
-    """SIGTERM/SIGINT: graceful shutdown; a second one stops running jobs at once.
-    SIGUSR1: log what every task of the runner is waiting on (a runner that seems stuck
-    says where); SIGUSR2: the threads' stacks, written even if the event loop is blocked."""
-    import faulthandler
-    import signal
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        add(sig, service.request_shutdown)
-    add(signal.SIGUSR1, lambda: dump_tasks(labels=service.task_labels()))
-    faulthandler.register(signal.SIGUSR2, all_threads=True)
-
-
-def dump_tasks(
-    tasks: Iterable[asyncio.Task[Any]] | None = None,
-    labels: Mapping[asyncio.Task[Any], str] | None = None,
-) -> None:
-    """Log each asyncio task (all of them by default) with the whole chain of awaits it
-    is suspended in (a task's own stack shows only its outermost coroutine); `labels`
-    names tasks that have no name of their own (a job's: "job:ID")."""
-    chosen = list(asyncio.all_tasks() if tasks is None else tasks)
-    named = {task: (labels or {}).get(task) or task.get_name() for task in chosen}
-    log.warning("%d task(s):", len(chosen))
-    for task in sorted(chosen, key=lambda t: named[t]):
-        log.warning("task %s waits in:\n  %s", named[task], "\n  ".join(_awaits(task)))
-
-
-def _awaits(task: asyncio.Task[Any]) -> list[str]:
-    found: list[str] = []
-    step: Any = task.get_coro()
-    while step is not None and len(found) < 40:
-        frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None)
-        if frame is not None:
-            code = frame.f_code
-            found.append(f"{code.co_filename}:{frame.f_lineno} {code.co_qualname}")
-        elif not hasattr(step, "cr_await"):
-            found.append(repr(step)[:200])  # a future, a wrapper: where the chain ends
-        step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None)
-    return found

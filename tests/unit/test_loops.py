@@ -124,7 +124,7 @@ async def test_sigusr1_s_dump_names_a_job_s_task_by_its_job(
 ) -> None:
     """A job's task has no name of its own (naming one per job cost the runner 4% of its
     CPU under a backlog): the dump takes the runner's label for it, "job:ID"."""
-    from fleetq.runner.service import dump_tasks
+    from fleetq.runner.signals import dump_tasks
 
     parked = asyncio.ensure_future(asyncio.Event().wait())
     named = asyncio.ensure_future(asyncio.Event().wait())
