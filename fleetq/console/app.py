@@ -169,8 +169,10 @@ class ConsoleApp(App[None]):
     async def on_event(self, event: events.Event) -> None:
         """Keys typed while their target is not ready wait for it (typeahead)."""
         if isinstance(event, events.Key) and not event.is_forwarded:
+            if not self.screen_stack:
+                return  # closing: no screen is left to read a key
             if self.typeahead.overdue():
-                await self.typeahead.replay(self.typeahead.take(), super().on_event)
+                await self.typeahead.replay(self.typeahead.take(), self._route)
             elif self.typeahead.keep(event):
                 return
         await super().on_event(event)
@@ -188,7 +190,13 @@ class ConsoleApp(App[None]):
 
     @on(ReleaseKeys)
     async def _release(self) -> None:
-        await self.typeahead.replay(self.typeahead.take(), super().on_event)
+        await self.typeahead.replay(self.typeahead.take(), self._route)
+
+    async def _route(self, key: events.Key) -> None:
+        """A held key, routed as if typed now; dropped once the app is closing (no screen
+        is left to read it: Textual raised ScreenStackError)."""
+        if self.screen_stack:
+            await super().on_event(key)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Keys that move the keyboard are off while a box or a dialog has it (so `3`
