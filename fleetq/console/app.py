@@ -9,6 +9,7 @@ bindings; keys typed ahead of their target wait for it (`typeahead`).
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 from collections.abc import Iterable
 from datetime import datetime
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from textual import events, on
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Header, Input
@@ -169,12 +170,12 @@ class ConsoleApp(App[None]):
     async def on_event(self, event: events.Event) -> None:
         """Keys typed while their target is not ready wait for it (typeahead)."""
         if isinstance(event, events.Key) and not event.is_forwarded:
-            if not self.screen_stack:
-                return  # closing: no screen is left to read a key
             if self.typeahead.overdue():
                 await self.typeahead.replay(self.typeahead.take(), self._route)
             elif self.typeahead.keep(event):
                 return
+            await self._route(event)  # after the replay's awaits, the app may be closing
+            return
         await super().on_event(event)
 
     def hold_keys(self, why: str) -> None:
@@ -193,9 +194,12 @@ class ConsoleApp(App[None]):
         await self.typeahead.replay(self.typeahead.take(), self._route)
 
     async def _route(self, key: events.Key) -> None:
-        """A held key, routed as if typed now; dropped once the app is closing (no screen
-        is left to read it: Textual raised ScreenStackError)."""
-        if self.screen_stack:
+        """A key, routed as typed; dropped once the app is closing (no screen is left to
+        read it: Textual raised ScreenStackError, seen when held keys were replayed as
+        the app exited)."""
+        if not self.screen_stack:
+            return
+        with contextlib.suppress(ScreenStackError):  # the last screen went meanwhile
             await super().on_event(key)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
