@@ -68,8 +68,9 @@ class WriteStatus(StrEnum):
     OK = "ok"
     ALREADY = "already"  # the same write committed earlier; its reply was lost
     STALE = "stale"  # the lease moved on: nothing changed
-    # heartbeat only: another transaction holds the job's row (the runner's own handler,
-    # or an operator); not renewed this time, and not known to be stale
+    # heartbeat and outcome: another transaction holds the job's row (the runner's own
+    # handler or launch, an operator's or a submitter's cancel); nothing written this
+    # time, and not known to be stale: the runner tries again
     BUSY = "busy"
 
 

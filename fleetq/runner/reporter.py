@@ -6,6 +6,8 @@ makes one round trip, and an idle runner still writes a lone outcome at once. An
 database error (a lost connection, a lock held past `lock_timeout`, a statement timeout)
 keeps the batch and retries it with backoff (an outcome that did commit answers
 `already`, so a retry is safe); a stale answer is logged and counted, never retried.
+An outcome whose job row another transaction holds (a cancel kept open) is answered
+busy and tried again apart, after a short wait, so it never holds the batch up.
 
 A batch may carry a claim for the room its outcomes free (`Refill`, asked of the runner
 per batch): outcomes and claim are then one transaction instead of two, and where a
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -31,6 +34,7 @@ from fleetq.runner.loops import Backoff, environmental, transient, wait_or
 
 log = logging.getLogger(__name__)
 MAX_BATCH = 256
+HELD_FIRST_S, HELD_MAX_S = 0.2, 2.0  # how soon a busy outcome is tried again
 
 
 class OutcomeNotRecorded(FleetqError):
@@ -72,6 +76,12 @@ class Reporter:
         self.refilled = refilled
         self.refill: Refill | None = None  # the claim of the batch being written
         self.pending: list[tuple[OutcomeReport, asyncio.Future[WriteStatus]]] = []
+        # busy outcomes: their rows were held by another transaction; tried again from
+        # `held_until` on, with whatever is pending then
+        self.held: list[tuple[OutcomeReport, asyncio.Future[WriteStatus]]] = []
+        self.held_until = 0.0
+        self.held_backoff = Backoff(HELD_FIRST_S, HELD_MAX_S)
+        self.warned: set[int] = set()  # held jobs already logged
         self.wake = asyncio.Event()
         self.backoff = Backoff()
         self.gone: BaseException | None = None
@@ -89,16 +99,21 @@ class Reporter:
         return await future
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Write pending outcomes until stopped and nothing is pending."""
-        while not (stop.is_set() and not self.pending):
+        """Write pending outcomes until stopped and nothing is pending or held."""
+        while not (stop.is_set() and not self.pending and not self.held):
+            if self.held and (self.give_up.is_set() or time.monotonic() >= self.held_until):
+                self.pending, self.held = self.held + self.pending, []
             if not self.pending:
                 self.wake.clear()
-                waiter = asyncio.ensure_future(stop.wait())
-                await asyncio.wait(
-                    {waiter, asyncio.ensure_future(self.wake.wait())},
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                waiter.cancel()
+                waiters = {asyncio.ensure_future(self.wake.wait())}
+                if not stop.is_set():
+                    waiters.add(asyncio.ensure_future(stop.wait()))
+                if self.held:
+                    waiters.add(asyncio.ensure_future(self.give_up.wait()))
+                timeout = max(0.0, self.held_until - time.monotonic()) if self.held else None
+                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                for waiter in waiters:
+                    waiter.cancel()
                 continue
             await self.run_once()
 
@@ -135,14 +150,17 @@ class Reporter:
         self.backoff.reset()
         self.refill = None
         # counted once per batch and outcome, not per job (a lock per increment)
-        recorded = Counter(
-            report.outcome.value
-            for (report, future), answer in zip(batch, answers, strict=True)
-            if self._settle(report, future, answer.status)
-        )
+        recorded: Counter[str] = Counter()
+        busy = []
+        for (report, future), answer in zip(batch, answers, strict=True):
+            if answer.status == WriteStatus.BUSY:
+                busy.append((report, future))
+            elif self._settle(report, future, answer.status):
+                recorded[report.outcome.value] += 1
         for outcome, n in recorded.items():
             metrics.outcome(outcome).inc(n)
-        return len(batch)
+        self._hold(busy)
+        return len(batch) - len(busy)
 
     async def _write(
         self, reports: list[OutcomeReport], refill: Refill | None = None
@@ -180,7 +198,9 @@ class Reporter:
                         return i
                     error = again
                     continue
-                if self._settle(attempt, future, answer.status):
+                if answer.status == WriteStatus.BUSY:
+                    self._hold([(report, future)])
+                elif self._settle(attempt, future, answer.status):
                     metrics.outcome(attempt.outcome.value).inc()
                 break
             else:
@@ -189,11 +209,30 @@ class Reporter:
                     future.set_exception(OutcomeNotRecorded(str(error)))
         return len(batch)
 
+    def _hold(self, busy: list[tuple[OutcomeReport, asyncio.Future[WriteStatus]]]) -> None:
+        """Keep busy outcomes apart, to be tried again after a wait that grows while
+        their rows stay held."""
+        if not busy:
+            if not self.held:
+                self.held_backoff.reset()
+            return
+        for report, _future in busy:
+            if report.job_id not in self.warned:
+                self.warned.add(report.job_id)
+                log.warning(
+                    "outcome of job=%d waits: another transaction holds its row "
+                    "(a cancel, say); tried again apart from the other outcomes",
+                    report.job_id,
+                )
+        self.held.extend(busy)
+        self.held_until = time.monotonic() + self.held_backoff.next()
+
     def _settle(
         self, report: OutcomeReport, future: asyncio.Future[WriteStatus], status: WriteStatus
     ) -> bool:
         """Answer the waiting execution; True when the outcome is recorded (the caller
         counts it), False when it was stale."""
+        self.warned.discard(report.job_id)
         if not future.done():
             future.set_result(status)
         if status != WriteStatus.STALE:
@@ -213,7 +252,7 @@ class Reporter:
         self._answer_all(f"the outcome writer ended: {cause!r}")
 
     def _answer_all(self, why: str) -> None:
-        pending, self.pending = self.pending, []
+        pending, self.pending, self.held = self.held + self.pending, [], []
         for _report, future in pending:
             if not future.done():
                 future.set_exception(OutcomeNotRecorded(why))

@@ -405,6 +405,9 @@ CREATE OR REPLACE FUNCTION fleetq.complete_unchecked(p_runner text, p_jobs bigin
 AS $function$
 #variable_conflict use_column
 DECLARE
+    v_locked bigint[];
+    v_busy bigint[];  -- this runner's leases another transaction holds: not known
+    v_lock_timeout text;
     v_done bigint[];
     v_lanes text[];
     v_memory integer[];
@@ -434,9 +437,34 @@ BEGIN
     -- this runner's leases only: another's row is never held, not even for this call
     -- (a retried outcome whose first attempt committed is answered from what it wrote)
     -- (NO KEY: a dependent submit's KEY SHARE never holds an outcome up; settle_dependents)
-    PERFORM 1 FROM fleetq.jobs j
-    WHERE j.id = ANY (p_jobs) AND j.lease_owner = p_runner
-    ORDER BY j.id FOR NO KEY UPDATE;
+    -- One that another transaction holds is waited for a moment only, then answered
+    -- busy, and the runner tries it again apart: a submitter cancelling its own running
+    -- job in a transaction it kept open held the whole batch, every outcome of that
+    -- runner, and so its slots, behind that one row. (The moment: a concurrent claim
+    -- keeps each row its scan locked and then found claimed until it commits.)
+    SELECT array_agg(l.id) INTO v_locked
+    FROM (SELECT j.id FROM fleetq.jobs j
+          WHERE j.id = ANY (p_jobs) AND j.lease_owner = p_runner
+          ORDER BY j.id FOR NO KEY UPDATE SKIP LOCKED) l;
+    IF coalesce(cardinality(v_locked), 0) < cardinality(p_jobs) THEN
+        v_busy := ARRAY(SELECT j.id FROM fleetq.jobs j
+                        WHERE j.id = ANY (p_jobs) AND j.lease_owner = p_runner
+                          AND j.id <> ALL (coalesce(v_locked, '{}')));
+        IF cardinality(v_busy) > 0 THEN
+            v_lock_timeout := current_setting('lock_timeout');
+            BEGIN
+                PERFORM set_config('lock_timeout', '250ms', true);
+                PERFORM 1 FROM fleetq.jobs j
+                WHERE j.id = ANY (v_busy) AND j.lease_owner = p_runner
+                ORDER BY j.id FOR NO KEY UPDATE;
+                v_locked := coalesce(v_locked, '{}') || v_busy;
+                v_busy := NULL;
+            EXCEPTION WHEN lock_not_available THEN
+                NULL;  -- held still: busy
+            END;
+            PERFORM set_config('lock_timeout', v_lock_timeout, true);
+        END IF;
+    END IF;
 
     -- One pass over the jobs: the update that ends them returns all that the rest of
     -- the outcome writes (reading them again cost a probe per job per statement).
@@ -461,7 +489,7 @@ BEGIN
             released_kind = 'outcome'
         FROM input i
         WHERE j.id = i.id AND j.lease_owner = p_runner AND j.lease_version = i.version
-          AND j.lease_expires_at IS NOT NULL
+          AND j.lease_expires_at IS NOT NULL AND j.id = ANY (coalesce(v_locked, '{}'))
         RETURNING j.id, j.lane, j.memory_mb, j.cpu_millis, j.lease_version, j.state,
                   j.project, j.commit_sha, j.operation, j.failure_reason, j.task_id,
                   j.claimed_at, i.exit_code, i.log_tail, i.prepare_ms, i.run_ms, i.ago
@@ -544,7 +572,7 @@ BEGIN
              AS t(id, state, version, exit_code, reason);
     END IF;
 
-    -- Not done: either this same outcome committed earlier (reply lost), or stale.
+    -- Not done: this same outcome committed earlier (reply lost), busy, or stale.
     -- The usual batch is all done: answer it without reading anything more.
     IF coalesce(cardinality(v_done), 0) = cardinality(p_jobs) THEN
         RETURN QUERY SELECT i.id, 'ok'::text FROM unnest(p_jobs) WITH ORDINALITY AS i(id, n)
@@ -559,7 +587,8 @@ BEGIN
       AND j.lease_version = i.version AND j.released_kind = 'outcome';
     SELECT array_agg(i.id), array_agg(i.version) INTO v_stale, v_stale_versions
     FROM unnest(p_jobs, p_versions) AS i(id, version)
-    WHERE i.id <> ALL (coalesce(v_done, '{}')) AND i.id <> ALL (coalesce(v_already, '{}'));
+    WHERE i.id <> ALL (coalesce(v_done, '{}')) AND i.id <> ALL (coalesce(v_already, '{}'))
+      AND i.id <> ALL (coalesce(v_busy, '{}'));
     PERFORM fleetq.note_stale(p_runner, 'outcome', v_stale, v_stale_versions);
     -- A stale outcome changes no job, but it is evidence: the writer's own execution
     -- under that token has ended (a zombie's run, say), which closes its overlap window.
@@ -575,6 +604,7 @@ BEGIN
     SELECT i.id,
            CASE WHEN i.id = ANY (coalesce(v_done, '{}')) THEN 'ok'
                 WHEN i.id = ANY (coalesce(v_already, '{}')) THEN 'already'
+                WHEN i.id = ANY (coalesce(v_busy, '{}')) THEN 'busy'
                 ELSE 'stale' END
     FROM unnest(p_jobs) WITH ORDINALITY AS i(id, n)
     ORDER BY i.n;

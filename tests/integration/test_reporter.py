@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from fleetq.core import leasing, producer
-from fleetq.core.db import SyncConnection
+from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
 from fleetq.core.models import Claim, Outcome, OutcomeReport, RunnerId, WriteStatus
 from fleetq.runner.reporter import Refill, Reporter
@@ -151,3 +151,26 @@ async def test_the_writer_claims_for_the_room_its_batch_frees(driver: Driver) ->
     await asyncio.wait_for(writer, 10)
     ((claims, refill),) = took
     assert [c.job_id for c in claims] == [waiting.job_id] and refill.lane == "checks"
+
+
+async def test_an_outcome_whose_row_is_held_holds_no_other_up(
+    driver: Driver, db_dsn: str, sync_conn: SyncConnection
+) -> None:
+    """One outcome's job row held by another transaction (a cancel kept open) held the
+    whole batch: every outcome of the runner waited, retried after each lock timeout."""
+    runner = await fleet.runner(driver)
+    held, free = await _claims(driver, runner, 2)
+    reporter = Reporter(driver, runner)
+    stop = asyncio.Event()
+    writer = asyncio.ensure_future(reporter.run(stop))
+    with connect(db_dsn) as holder:
+        holder.execute(b"SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [held.job_id])
+        waiting = asyncio.ensure_future(reporter.record(_succeeded(held)))
+        answer = await asyncio.wait_for(reporter.record(_succeeded(free)), timeout=30)
+        assert answer == WriteStatus.OK and not waiting.done()
+        holder.rollback()
+    assert await asyncio.wait_for(waiting, timeout=30) == WriteStatus.OK
+    stop.set()
+    await asyncio.wait_for(writer, 10)
+    rows = sync_conn.execute(b"SELECT state FROM fleetq.jobs ORDER BY id").fetchall()
+    assert rows == [("succeeded",), ("succeeded",)]

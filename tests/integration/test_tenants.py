@@ -403,3 +403,27 @@ def _states(sync_conn: SyncConnection, *jobs: int) -> list[str]:
         [list(jobs)],
     ).fetchall()
     return [str(row[0]) for row in rows]
+
+
+def test_a_cancel_held_open_holds_no_other_outcome_up(
+    login: Login, as_runner: SyncConnection, sync_conn: SyncConnection
+) -> None:
+    """A submitter cancelling its own running job in a transaction it kept open held the
+    job's row, and the runner's outcome batch waited on it whole: every outcome of that
+    runner (another tenant's too) waited, and its slots stayed full."""
+    mine, theirs = _job(sync_conn, who="mallory"), _job(sync_conn)
+    as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 2, NULL)", [RUNNER])
+    complete = (
+        "SELECT status FROM fleetq.complete($1, $2::bigint[], '{1,1}', "
+        "'{succeeded,succeeded}', '{0,0}', '{NULL,NULL}', '{\"\",\"\"}', '{1,1}', '{1,1}', "
+        "'{NULL,NULL}')"
+    )
+    with connect(login(roles.Kind.SUBMITTER, "mallory")) as holder:
+        holder.execute(b"SELECT * FROM fleetq.cancel($1, 'mallory', 'x')", [mine])
+        as_runner.execute(b"SET lock_timeout = '5s'")  # a wait would end as 55P03
+        answers = as_runner.execute(complete.encode(), [RUNNER, [mine, theirs]]).fetchall()
+        assert answers == [("busy",), ("ok",)]
+        holder.rollback()
+    answers = as_runner.execute(complete.encode(), [RUNNER, [mine, theirs]]).fetchall()
+    assert answers == [("ok",), ("already",)]
+    assert _states(sync_conn, mine, theirs) == ["succeeded", "succeeded"]
