@@ -201,3 +201,44 @@ AS $function$
                    WHERE e.job_id = p_job AND e.kind = 'claimed'
                      AND e.lease_version = p_version AND e.runner_id = p_runner)
 $function$;
+
+-- Lock jobs FOR NO KEY UPDATE (an ending's own mode: a dependent submit's KEY SHARE does
+-- not block it), waiting a moment at most; returns the ids locked. An ending must not
+-- wait for as long as another transaction likes to hold a row (a cancel kept open): what
+-- is still held after the moment is left to the caller, to answer busy or settle again
+-- later. The moment is for passing locks: a concurrent claim keeps each row its scan
+-- locked and found taken until it commits. `p_owner`/`p_state`, when given, are tested
+-- in the locking statements themselves: a runner's call never locks another's lease.
+CREATE OR REPLACE FUNCTION fleetq.lock_jobs(p_ids bigint[], p_owner text, p_state text)
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_locked bigint[];
+    v_more bigint[];
+    v_lock_timeout text;
+BEGIN
+    SELECT array_agg(l.id) INTO v_locked
+    FROM (SELECT j.id FROM fleetq.jobs j
+          WHERE j.id = ANY (p_ids) AND (p_owner IS NULL OR j.lease_owner = p_owner)
+            AND (p_state IS NULL OR j.state = p_state)
+          ORDER BY j.id FOR NO KEY UPDATE SKIP LOCKED) l;
+    IF coalesce(cardinality(v_locked), 0) = coalesce(cardinality(p_ids), 0) THEN
+        RETURN coalesce(v_locked, '{}');  -- the usual case: nothing held, or none given
+    END IF;
+    v_lock_timeout := current_setting('lock_timeout');
+    BEGIN
+        PERFORM set_config('lock_timeout', '250ms', true);
+        SELECT array_agg(l.id) INTO v_more
+        FROM (SELECT j.id FROM fleetq.jobs j
+              WHERE j.id = ANY (p_ids) AND j.id <> ALL (coalesce(v_locked, '{}'))
+                AND (p_owner IS NULL OR j.lease_owner = p_owner)
+                AND (p_state IS NULL OR j.state = p_state)
+              ORDER BY j.id FOR NO KEY UPDATE) l;
+    EXCEPTION WHEN lock_not_available THEN
+        v_more := NULL;  -- held still
+    END;
+    PERFORM set_config('lock_timeout', v_lock_timeout, true);
+    RETURN coalesce(v_locked, '{}') || coalesce(v_more, '{}');
+END;
+$function$;

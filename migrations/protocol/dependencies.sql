@@ -33,6 +33,7 @@ DECLARE
     v_ready bigint[];
     v_lanes text[];
     v_sure bigint[];
+    v_locked bigint[];
     d record;
 BEGIN
     -- A dependent submit in flight holds an ended job's row in KEY SHARE, and its
@@ -48,14 +49,25 @@ BEGIN
         ON CONFLICT DO NOTHING;
     END IF;
     SELECT array_agg(DISTINCT jd.job_id) INTO v_waiting
-    FROM fleetq.job_dependencies jd WHERE jd.depends_on = ANY (p_ended);
+    FROM fleetq.job_dependencies jd JOIN fleetq.jobs w ON w.id = jd.job_id
+    WHERE jd.depends_on = ANY (p_ended) AND w.state = 'waiting';
     IF v_waiting IS NULL THEN
         RETURN;  -- the usual case: one probe of job_dependencies_on
     END IF;
     -- Lock the waiting jobs first, then read their dependencies in new statements: two
     -- dependencies ending at once serialize here, and the second one sees the first.
-    PERFORM 1 FROM fleetq.jobs WHERE id = ANY (v_waiting) AND state = 'waiting'
-    ORDER BY id FOR NO KEY UPDATE;
+    -- One another transaction holds past a moment (its submitter cancelling it in a
+    -- transaction kept open) is not waited for: what it waits on is settled again.
+    v_locked := fleetq.lock_jobs(v_waiting, NULL, 'waiting');
+    IF cardinality(v_locked) < cardinality(v_waiting) THEN
+        INSERT INTO fleetq.settle_again (job_id)
+        SELECT DISTINCT jd.depends_on
+        FROM fleetq.job_dependencies jd JOIN fleetq.jobs w ON w.id = jd.job_id
+        WHERE jd.depends_on = ANY (p_ended) AND w.state = 'waiting'
+          AND w.id <> ALL (v_locked)
+        ON CONFLICT DO NOTHING;
+        v_waiting := v_locked;
+    END IF;
     FOR d IN
         SELECT DISTINCT ON (w.id) w.id, dep.id AS dep_id, dep.state AS dep_state
         FROM fleetq.jobs w

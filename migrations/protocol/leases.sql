@@ -407,7 +407,6 @@ AS $function$
 DECLARE
     v_locked bigint[];
     v_busy bigint[];  -- this runner's leases another transaction holds: not known
-    v_lock_timeout text;
     v_done bigint[];
     v_lanes text[];
     v_memory integer[];
@@ -437,34 +436,11 @@ BEGIN
     -- this runner's leases only: another's row is never held, not even for this call
     -- (a retried outcome whose first attempt committed is answered from what it wrote)
     -- (NO KEY: a dependent submit's KEY SHARE never holds an outcome up; settle_dependents)
-    -- One that another transaction holds is waited for a moment only, then answered
-    -- busy, and the runner tries it again apart: a submitter cancelling its own running
-    -- job in a transaction it kept open held the whole batch, every outcome of that
-    -- runner, and so its slots, behind that one row. (The moment: a concurrent claim
-    -- keeps each row its scan locked and then found claimed until it commits.)
-    SELECT array_agg(l.id) INTO v_locked
-    FROM (SELECT j.id FROM fleetq.jobs j
-          WHERE j.id = ANY (p_jobs) AND j.lease_owner = p_runner
-          ORDER BY j.id FOR NO KEY UPDATE SKIP LOCKED) l;
-    IF coalesce(cardinality(v_locked), 0) < cardinality(p_jobs) THEN
-        v_busy := ARRAY(SELECT j.id FROM fleetq.jobs j
-                        WHERE j.id = ANY (p_jobs) AND j.lease_owner = p_runner
-                          AND j.id <> ALL (coalesce(v_locked, '{}')));
-        IF cardinality(v_busy) > 0 THEN
-            v_lock_timeout := current_setting('lock_timeout');
-            BEGIN
-                PERFORM set_config('lock_timeout', '250ms', true);
-                PERFORM 1 FROM fleetq.jobs j
-                WHERE j.id = ANY (v_busy) AND j.lease_owner = p_runner
-                ORDER BY j.id FOR NO KEY UPDATE;
-                v_locked := coalesce(v_locked, '{}') || v_busy;
-                v_busy := NULL;
-            EXCEPTION WHEN lock_not_available THEN
-                NULL;  -- held still: busy
-            END;
-            PERFORM set_config('lock_timeout', v_lock_timeout, true);
-        END IF;
-    END IF;
+    -- One that another transaction holds is waited for a moment only (fleetq.lock_jobs),
+    -- then answered busy, and the runner tries it again apart: a submitter cancelling its
+    -- own running job in a transaction it kept open held the whole batch, every outcome
+    -- of that runner, and so its slots, behind that one row.
+    v_locked := fleetq.lock_jobs(p_jobs, p_runner, NULL);
 
     -- One pass over the jobs: the update that ends them returns all that the rest of
     -- the outcome writes (reading them again cost a probe per job per statement).
@@ -489,7 +465,7 @@ BEGIN
             released_kind = 'outcome'
         FROM input i
         WHERE j.id = i.id AND j.lease_owner = p_runner AND j.lease_version = i.version
-          AND j.lease_expires_at IS NOT NULL AND j.id = ANY (coalesce(v_locked, '{}'))
+          AND j.lease_expires_at IS NOT NULL AND j.id = ANY (v_locked)
         RETURNING j.id, j.lane, j.memory_mb, j.cpu_millis, j.lease_version, j.state,
                   j.project, j.commit_sha, j.operation, j.failure_reason, j.task_id,
                   j.claimed_at, i.exit_code, i.log_tail, i.prepare_ms, i.run_ms, i.ago
@@ -579,6 +555,9 @@ BEGIN
                      ORDER BY i.n;
         RETURN;
     END IF;
+    SELECT array_agg(j.id) INTO v_busy
+    FROM fleetq.jobs j
+    WHERE j.id = ANY (p_jobs) AND j.lease_owner = p_runner AND j.id <> ALL (v_locked);
     SELECT array_agg(j.id) INTO v_already
     FROM fleetq.jobs j
     JOIN unnest(p_jobs, p_versions) AS i(id, version) ON i.id = j.id
