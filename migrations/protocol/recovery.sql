@@ -42,6 +42,47 @@ BEGIN
 END;
 $function$;
 
+-- A session that has held the reaper's row for 30 s is ended. A pass holds the rows it
+-- took till its transaction ends (expired jobs, their runners' rows, promoted jobs),
+-- and a runner login calling reap in a transaction it kept open held them for as long
+-- as it liked: another runner's claims and outcomes waited on its own row. Ending the
+-- session releases them all; a runner's own session (a leader stopped mid-pass, say)
+-- reconnects as after any lost connection. The holder is the transaction that locked
+-- the row (its xmax), found in pg_locks, and judged by its transaction's start. This
+-- needs the right to see and signal other sessions (a superuser, or pg_read_all_stats
+-- and pg_signal_backend granted to the owner of fleetq's functions); without it the
+-- holder keeps what it took, and expiry goes on without a leader around it.
+CREATE OR REPLACE FUNCTION fleetq.end_stuck_pass(p_now timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_pid integer;
+    v_since timestamptz;
+BEGIN
+    SELECT l.pid, a.xact_start INTO v_pid, v_since
+    FROM pg_catalog.pg_locks l
+    JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+      AND l.transactionid = (SELECT c.xmax FROM fleetq.coordination c WHERE c.name = 'reaper')
+      AND l.pid <> pg_backend_pid()
+      AND a.xact_start < p_now - interval '30 seconds';
+    IF v_pid IS NULL THEN
+        RETURN 0;
+    END IF;
+    BEGIN
+        PERFORM pg_terminate_backend(v_pid, 5000);  -- gone, with its locks, on return
+    EXCEPTION WHEN insufficient_privilege THEN
+        RAISE WARNING 'fleetq: session % has held the reaper''s pass open since %; '
+                      'not ended: %', v_pid, v_since, SQLERRM;
+        RETURN 0;
+    END;
+    RAISE WARNING 'fleetq: ended session %: it held the reaper''s pass open since %',
+                  v_pid, v_since;
+    RETURN 1;
+END;
+$function$;
+
 CREATE OR REPLACE FUNCTION fleetq.reap_unchecked(p_limit integer DEFAULT 1000, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS TABLE(requeued integer, failed integer, leader boolean)
  LANGUAGE plpgsql
@@ -75,11 +116,13 @@ BEGIN
                   AND taken_at > clock_timestamp() - interval '10 seconds') THEN
         RETURN QUERY SELECT 0, 0, false;
         RETURN;
+    ELSE
+        PERFORM fleetq.end_stuck_pass(coalesce(p_now, clock_timestamp()));
     END IF;
     -- Past here without the row, no pass has ended in 10 s: a runner login can call reap
     -- in a transaction it keeps open and hold the row. Expiry goes on without a leader
     -- (each expired lease is taken by one reaper: SKIP LOCKED below); the leader's other
-    -- duties (recounts, samples, retries) wait for a leader.
+    -- duties (recounts, samples, retries) wait for a leader, or for the holder's end.
     SELECT array_agg(e.id), array_agg(e.reserved_on) INTO v_expired, v_reserved
     FROM (SELECT j.id, j.reserved_on
           FROM fleetq.jobs j

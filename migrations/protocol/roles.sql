@@ -149,6 +149,19 @@ BEGIN
     FOR o IN SELECT * FROM fleetq.grants LOOP
         EXECUTE format('GRANT %s ON %s TO %I', o.privilege, o.object, o.grantee);
     END LOOP;
+    -- A session holding the reaper's pass open is ended (fleetq.end_stuck_pass): the
+    -- owner sees sessions' transactions and may signal them. Granted where the migrating
+    -- login may (a superuser); else said, and such a holder keeps what it took.
+    IF NOT (pg_has_role('fleetq_owner', 'pg_read_all_stats', 'MEMBER')
+            AND pg_has_role('fleetq_owner', 'pg_signal_backend', 'MEMBER')) THEN
+        BEGIN
+            GRANT pg_read_all_stats, pg_signal_backend TO fleetq_owner;
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE WARNING 'fleetq: a superuser should grant pg_read_all_stats and '
+                          'pg_signal_backend to fleetq_owner, so that a session holding '
+                          'the reaper''s pass open can be ended (docs/security.md)';
+        END;
+    END IF;
 END;
 $function$;
 

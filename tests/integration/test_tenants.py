@@ -317,6 +317,7 @@ def test_a_runner_holding_the_reaper_s_row_stalls_expiry_ten_seconds_at_most(
         )
         assert holder.execute(hold).fetchall() == [(True,)]  # holds it again
         assert sync_conn.execute(reap).fetchall() == [(1, 0, False)]
+        holder.execute(b"SELECT 1")  # not ended yet: that is 30 s on
     row = sync_conn.execute(b"SELECT state FROM fleetq.jobs WHERE id = $1", [job]).fetchone()
     assert row == ("queued",)
 
@@ -427,3 +428,64 @@ def test_a_cancel_held_open_holds_no_other_outcome_up(
     answers = as_runner.execute(complete.encode(), [RUNNER, [mine, theirs]]).fetchall()
     assert answers == [("ok",), ("already",)]
     assert _states(sync_conn, mine, theirs) == ["succeeded", "succeeded"]
+
+
+def test_a_dependent_s_cancel_held_open_holds_no_ending_up(
+    login: Login, as_runner: SyncConnection, sync_conn: SyncConnection
+) -> None:
+    """A submitter cancelling its own job waiting on another tenant's, in a transaction
+    it kept open, held that job's outcome: settling its dependents waited for the row."""
+    job = _job(sync_conn)
+    waiting = sync_conn.execute(
+        b"SELECT job_id FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, 'mallory', "
+        b"'{}', ARRAY[$2::bigint], NULL)",
+        [SHA, job],
+    ).fetchone()
+    assert waiting is not None
+    as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 1, NULL)", [RUNNER])
+    with connect(login(roles.Kind.SUBMITTER, "mallory")) as holder:
+        holder.execute(b"SELECT * FROM fleetq.cancel($1, 'mallory', 'x')", [waiting[0]])
+        as_runner.execute(b"SET lock_timeout = '5s'")  # a wait would end as 55P03
+        done = as_runner.execute(
+            b"SELECT status FROM fleetq.complete($1, ARRAY[$2::bigint], '{1}', '{succeeded}', "
+            b"'{0}', '{NULL}', '{\"\"}', '{1}', '{1}', '{NULL}')",
+            [RUNNER, job],
+        ).fetchall()
+        assert done == [("ok",)]
+        holder.rollback()
+    assert _states(sync_conn, job, waiting[0]) == ["succeeded", "waiting"]
+    sync_conn.execute(b"SELECT * FROM fleetq.reap(1000, NULL)")  # the leader settles again
+    assert _states(sync_conn, waiting[0]) == ["queued"]
+
+
+def test_a_pass_held_open_is_ended_after_thirty_seconds(
+    login: Login, as_runner: SyncConnection, sync_conn: SyncConnection
+) -> None:
+    """A runner login calling `reap` in a transaction it kept open led the pass and held
+    what it took, another runner's row included: that runner's claims waited on it for
+    as long as the holder liked. Past 30 s, another reaper ends the holder's session."""
+    job = _job(sync_conn)
+    as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 1, NULL)", [RUNNER])
+    sync_conn.execute(
+        b"UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s' "
+        b"WHERE id = $1",
+        [job],
+    )
+    sync_conn.execute(
+        b"UPDATE fleetq.coordination SET taken_at = clock_timestamp() - interval '11 s' "
+        b"WHERE name = 'reaper'"
+    )
+    with connect(login(roles.Kind.RUNNER, "node-x/r9")) as holder:
+        took = holder.execute(b"SELECT requeued, leader FROM fleetq.reap(1000, NULL)")
+        assert took.fetchall() == [(1, True)]  # node-a/r1's job, and so its runner's row
+        later = b"SELECT leader FROM fleetq.reap(1000, clock_timestamp() + interval '31 s')"
+        assert sync_conn.execute(later).fetchall() == [(False,)]
+        with pytest.raises(psycopg.OperationalError):
+            holder.execute(b"SELECT 1")
+    as_runner.execute(b"SET lock_timeout = '5s'")  # a wait would end as 55P03
+    as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 1, NULL)", [RUNNER])
+    # the pass that ended the holder expired the lease, and node-a/r1 took the job again
+    row = sync_conn.execute(
+        b"SELECT state, lease_owner, lease_version FROM fleetq.jobs WHERE id = $1", [job]
+    ).fetchone()
+    assert row == ("claimed", RUNNER, 2)
