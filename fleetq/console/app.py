@@ -176,6 +176,10 @@ class ConsoleApp(App[None]):
                 return
             await self._route(event)  # after the replay's awaits, the app may be closing
             return
+        if isinstance(event, events.Key):  # handed back by a widget: bindings next
+            with contextlib.suppress(ScreenStackError):  # the app closed meanwhile
+                await super().on_event(event)
+            return
         await super().on_event(event)
 
     def hold_keys(self, why: str) -> None:

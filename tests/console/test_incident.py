@@ -477,8 +477,12 @@ async def test_held_keys_go_on_a_busy_fleet_and_after_the_limit(
         burst(pilot, "3")  # while a read is in flight and another due
         app.post_message(Hint())
         burst(pilot, "j")
-        await until(pilot, lambda: app.current == "jobs" and not app.typeahead.holding)
-        assert app.query_one(JobsView).table.cursor_row == 1
+        table = app.query_one(JobsView).table
+        # the replayed `j` reaches the table after the hold ends: waited for, not assumed
+        await until(
+            pilot,
+            lambda: app.current == "jobs" and not app.typeahead.holding and table.cursor_row == 1,
+        )
 
 
 async def test_opening_another_job_never_shows_the_last_one_under_its_name(
