@@ -242,3 +242,20 @@ BEGIN
     RETURN coalesce(v_locked, '{}') || coalesce(v_more, '{}');
 END;
 $function$;
+
+-- Dependencies are read live. A submit or an ending at REPEATABLE READ or SERIALIZABLE
+-- reads them as of its snapshot: it misses a dependency that ended, or a dependent
+-- submitted, since the snapshot, and the dependent waits for ever (another tenant's
+-- job, as like as not). Refused instead, which costs only the caller its call.
+CREATE OR REPLACE FUNCTION fleetq.require_read_committed(p_what text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION '% runs at READ COMMITTED only, not %', p_what,
+                        upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'FQ003';
+    END IF;
+END;
+$function$;

@@ -36,6 +36,7 @@ DECLARE
     v_locked bigint[];
     d record;
 BEGIN
+    PERFORM fleetq.require_read_committed('ending a job');
     -- A dependent submit in flight holds an ended job's row in KEY SHARE, and its
     -- dependency is not visible here yet: such a row refuses FOR UPDATE, and is settled
     -- again by the reaper's leader once nothing holds it (migration 0038).

@@ -60,6 +60,7 @@ BEGIN
             USING ERRCODE = 'FQ003';
     END IF;
     IF cardinality(v_after) > 0 THEN
+        PERFORM fleetq.require_read_committed('a submit with dependencies');
         SELECT array_agg(a) INTO v_unknown FROM unnest(v_after) AS a
         WHERE NOT EXISTS (SELECT 1 FROM fleetq.jobs j WHERE j.id = a);
         IF v_unknown IS NOT NULL THEN

@@ -489,3 +489,28 @@ def test_a_pass_held_open_is_ended_after_thirty_seconds(
         b"SELECT state, lease_owner, lease_version FROM fleetq.jobs WHERE id = $1", [job]
     ).fetchone()
     assert row == ("claimed", RUNNER, 2)
+
+
+def test_dependencies_are_read_at_read_committed_only(
+    login: Login, as_runner: SyncConnection, sync_conn: SyncConnection
+) -> None:
+    """An ending at REPEATABLE READ did not see a job submitted to wait on it after its
+    snapshot began, and that job (another tenant's) waited for ever; a submit `--after`
+    at REPEATABLE READ read its dependencies as of its snapshot likewise."""
+    job = _job(sync_conn)
+    as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 1, NULL)", [RUNNER])
+    as_runner.execute(b"SET default_transaction_isolation = 'repeatable read'")
+    complete = (
+        "SELECT status FROM fleetq.complete($1, ARRAY[$2::bigint], '{1}', '{succeeded}', "
+        "'{0}', '{NULL}', '{\"\"}', '{1}', '{1}', '{NULL}')"
+    )
+    _refused(as_runner, complete, [RUNNER, job], "FQ003")
+    with connect(login(roles.Kind.SUBMITTER, "mallory")) as submitter:
+        submitter.execute(b"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        after = (
+            "SELECT job_id FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, NULL, "
+            "'{}', ARRAY[$2::bigint], NULL)"
+        )
+        _refused(submitter, after, [SHA, job], "FQ003")
+    as_runner.execute(b"SET default_transaction_isolation = 'read committed'")
+    assert as_runner.execute(complete.encode(), [RUNNER, job]).fetchall() == [("ok",)]
