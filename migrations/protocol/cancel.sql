@@ -66,6 +66,7 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     RETURN QUERY SELECT * FROM fleetq.cancel_unchecked(
-        p_job, CASE WHEN c.kind = 'admin' THEN p_actor ELSE c.subject END, p_reason);
+        p_job, CASE WHEN c.kind = 'admin' THEN p_actor ELSE c.subject END,
+        left(p_reason, 2000));  -- shown to operators: bounded as outcome reasons are
 END;
 $function$;

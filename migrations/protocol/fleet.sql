@@ -150,8 +150,9 @@ BEGIN
     ELSIF c.kind = 'operator' THEN
         v_actor := c.subject;
     END IF;
-    RETURN QUERY SELECT * FROM fleetq.set_runner_state_unchecked(p_runner, p_state, p_reason,
-                                                                 v_actor);
+    -- a reason is shown to operators: bounded as a runner's outcome reasons are
+    RETURN QUERY SELECT * FROM fleetq.set_runner_state_unchecked(p_runner, p_state,
+                                                                 left(p_reason, 2000), v_actor);
 END;
 $function$;
 

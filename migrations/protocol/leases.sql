@@ -897,16 +897,23 @@ BEGIN
     INSERT INTO fleetq.job_output (job_id, lease_version, seq, start_byte, data)
     VALUES (p_job, p_version, p_seq, p_start, p_data)
     ON CONFLICT (job_id, lease_version, seq) DO NOTHING;
-    -- past the head, keep the newest chunks whose sizes add up to at most the budget
+    -- Keep the head, the chunks that start in the first 64 KiB while those before them
+    -- add up to less than that (a runner that said every chunk starts at 0 kept them all
+    -- as head: 124 MB of one job), and past it the newest chunks whose sizes add up to
+    -- at most the budget.
     DELETE FROM fleetq.job_output o
-    WHERE o.job_id = p_job AND o.lease_version = p_version
-      AND coalesce(o.start_byte, v_head) >= v_head
-      AND o.seq < (SELECT coalesce(min(k.seq), 0) FROM (
-                       SELECT seq, sum(octet_length(data)) OVER (ORDER BY seq DESC) AS kept
-                       FROM fleetq.job_output
-                       WHERE job_id = p_job AND lease_version = p_version
-                         AND coalesce(start_byte, v_head) >= v_head) k
-                   WHERE k.kept <= v_keep);
+    USING (SELECT k.seq
+           FROM (SELECT c.seq, coalesce(c.start_byte, v_head) < v_head AS head,
+                        sum(octet_length(c.data)) OVER (
+                            PARTITION BY coalesce(c.start_byte, v_head) < v_head
+                            ORDER BY c.seq) - octet_length(c.data) AS before,
+                        sum(octet_length(c.data)) OVER (
+                            PARTITION BY coalesce(c.start_byte, v_head) < v_head
+                            ORDER BY c.seq DESC) AS kept
+                 FROM fleetq.job_output c
+                 WHERE c.job_id = p_job AND c.lease_version = p_version) k
+           WHERE CASE WHEN k.head THEN k.before >= v_head ELSE k.kept > v_keep END) d
+    WHERE o.job_id = p_job AND o.lease_version = p_version AND o.seq = d.seq;
     PERFORM pg_notify('fleetq_output', p_job::text);
     RETURN v_keep;
 END;

@@ -131,6 +131,7 @@ AS $function$
 DECLARE
     c record;
     v_actor text;
+    v_reason text := left(p_reason, 2000);  -- shown to operators: bounded
 BEGIN
     SELECT * INTO c FROM fleetq.require(ARRAY['operator']);
     v_actor := CASE WHEN c.kind = 'admin' THEN p_actor ELSE c.subject END;
@@ -140,7 +141,7 @@ BEGIN
     UPDATE fleetq.schedules
     SET paused_at = CASE WHEN p_paused THEN coalesce(paused_at, clock_timestamp()) END,
         paused_by = CASE WHEN p_paused THEN v_actor END,
-        paused_reason = CASE WHEN p_paused THEN p_reason END,
+        paused_reason = CASE WHEN p_paused THEN v_reason END,
         last_tick = CASE WHEN NOT p_paused AND paused_at IS NOT NULL
                          THEN greatest(last_tick, clock_timestamp()) ELSE last_tick END,
         updated_at = clock_timestamp()
@@ -150,7 +151,7 @@ BEGIN
     END IF;
     PERFORM fleetq.log_events(CASE WHEN p_paused THEN 'schedule_paused' ELSE 'schedule_resumed' END,
                               NULL, NULL, NULL, v_actor,
-                              jsonb_build_object('schedule', p_name, 'reason', p_reason));
+                              jsonb_build_object('schedule', p_name, 'reason', v_reason));
     RETURN p_paused;
 END;
 $function$;

@@ -75,3 +75,44 @@ def test_a_shipper_behind_skips_to_the_newest_budget(
     offset: int, size: int, goes_on_at: int
 ) -> None:
     assert skip_to(offset, size, 4 * CHUNK) == goes_on_at
+
+
+async def test_each_execution_s_output_is_kept_apart(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """A job's second execution trims its own output within the budget: the first
+    execution's chunks neither count against it nor are trimmed with it."""
+    fleet.operations(sync_conn)
+    sync_conn.execute(b"UPDATE fleetq.settings SET value = '128' WHERE name = 'output_keep_kib'")
+    sync_conn.commit()
+    runner = await fleet.runner(driver)
+    job = (
+        await producer.submit(
+            driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
+        )
+    ).job_id
+    for chunks in (3, 5):  # the first execution fits its budget, the second does not
+        (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
+        for seq in range(chunks):
+            await output.append(
+                driver,
+                runner=runner,
+                job_id=job,
+                token=claim.lease_version,
+                seq=seq,
+                start=seq * CHUNK,
+                data=b"x" * CHUNK,
+            )
+        sync_conn.execute(
+            b"UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 s' "
+            b"WHERE id = $1",
+            [job],
+        )
+        sync_conn.execute(b"SELECT * FROM fleetq.reap(1000, NULL)")
+        sync_conn.commit()
+    stored = sync_conn.execute(
+        b"SELECT lease_version, array_agg(seq ORDER BY seq) FROM fleetq.job_output "
+        b"WHERE job_id = $1 GROUP BY lease_version ORDER BY lease_version",
+        [job],
+    ).fetchall()
+    assert stored == [(1, [0, 1, 2]), (2, [0, 3, 4])]

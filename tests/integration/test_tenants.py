@@ -514,3 +514,29 @@ def test_dependencies_are_read_at_read_committed_only(
         _refused(submitter, after, [SHA, job], "FQ003")
     as_runner.execute(b"SET default_transaction_isolation = 'read committed'")
     assert as_runner.execute(complete.encode(), [RUNNER, job]).fetchall() == [("ok",)]
+
+
+def test_what_a_runner_stores_of_a_job_is_bounded(
+    as_runner: SyncConnection, sync_conn: SyncConnection
+) -> None:
+    """A runner login saying every output chunk started at byte 0 kept them all as the
+    output's head (124 MB of one job), and a drain reason of 5 MB was stored and shown."""
+    job = _job(sync_conn)
+    as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 1, NULL)", [RUNNER])
+    chunk = b"x" * 65536
+    for seq in range(40):
+        as_runner.execute(
+            b"SELECT fleetq.append_output($1, $2, 1, $3, 0, $4)", [RUNNER, job, seq, chunk]
+        )
+    row = sync_conn.execute(
+        b"SELECT sum(octet_length(data)) FROM fleetq.job_output WHERE job_id = $1", [job]
+    ).fetchone()
+    assert row is not None and row[0] <= 65536
+    as_runner.execute(
+        b"SELECT 1 FROM fleetq.set_runner_state($1, 'draining', $2, NULL)",
+        [RUNNER, "r" * 5_000_000],
+    )
+    row = sync_conn.execute(
+        b"SELECT length(state_reason) FROM fleetq.runners WHERE id = $1", [RUNNER]
+    ).fetchone()
+    assert row == (2000,)
