@@ -130,7 +130,8 @@ END;
 $function$;
 
 -- What is wrong with a payload, or NULL: it must be a JSON object within `p_limit` bytes
--- (its jsonb text), nest at most 100 levels and hold no number over 1,000 characters.
+-- (its jsonb text), nest at most 100 levels and hold no number over 1,000 characters or
+-- beyond a double's range.
 -- What the HTTP API's JSON reader refuses, refused for every caller: through SQL a
 -- submitter stored an integer of 5,000 digits and arrays nested 1,100 deep, which
 -- Python cannot decode, and every runner claiming the job exited. The scans run only
@@ -157,6 +158,15 @@ BEGIN
            SELECT 1 FROM jsonb_path_query(p_payload, 'strict $.** ? (@.type() == "number")') n
            WHERE length(n::text) > 1000) THEN
         RETURN 'payload holds a number over 1,000 characters long';
+    END IF;
+    -- A fraction past a double's range a reader's JSON decoder makes infinity (Python,
+    -- and so `--json`, printed Infinity, which is no JSON; the HTTP API answered null).
+    -- An integer is read exactly (jsonb writes 1e400 out as one, digit by digit).
+    IF v_bytes > 300 AND EXISTS (
+           SELECT 1 FROM jsonb_path_query(p_payload, 'strict $.** ? (@.type() == "number")') n
+           WHERE strpos(n::text, '.') > 0
+             AND abs(n::text::numeric) > 1.7976931348623157e308) THEN
+        RETURN 'payload holds a number beyond a double''s range (1.8e308)';
     END IF;
     RETURN NULL;
 END;

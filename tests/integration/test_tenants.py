@@ -169,6 +169,9 @@ BAD_SUBMITS = {
     "an empty key": ("{}", None, "", None, None),
     # what Python cannot decode: every runner claiming such a job exited (a later review)
     "a 5,000-digit number": ('{"a": 1' + "0" * 5000 + "}", None, None, None, None),
+    # past a double's range: Python read infinity, and `--json` printed Infinity
+    "a 400-digit number": ('{"a": 1' + "0" * 400 + ".5}", None, None, None, None),
+    "a negative one": ('{"a": [-1' + "0" * 400 + ".25]}", None, None, None, None),
     "arrays 1,100 deep": ('{"a": ' + "[" * 1100 + "]" * 1100 + "}", None, None, None, None),
     "objects 101 deep": ('{"a": ' * 101 + "1" + "}" * 101, None, None, None, None),
     "a malformed traceparent": ("{}", None, None, None, "00-xyz"),
@@ -203,8 +206,9 @@ def test_the_database_refuses_what_the_api_refuses(
 
 
 def test_the_database_takes_what_python_reads(login: Login, sync_conn: SyncConnection) -> None:
-    """The bounds refuse only what cannot be read: 100 levels and a 1,000-digit number go."""
-    deep = '{"a": ' * 99 + '{"n": ' + "9" * 1000 + "}" + "}" * 99
+    """The bounds refuse only what cannot be read: 100 levels, a 1,000-digit integer
+    and 1e400 (an integer to jsonb) go."""
+    deep = '{"a": ' * 99 + '{"n": ' + "9" * 1000 + ', "e": 1e400}' + "}" * 99
     with connect(login(roles.Kind.SUBMITTER, "ci-bot")) as conn:
         conn.execute(
             "SELECT * FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, NULL, $2::jsonb, "
