@@ -54,8 +54,9 @@ def test_a_lock_held_over_the_outcome_write_does_not_end_the_runner(
     fleet_dsn: str, repo: Repo, start_runner: StartRunner
 ) -> None:
     """An operator holds a finished job's row (`SELECT … FOR UPDATE`) past the runner's
-    lock_timeout: the outcome write fails with 55P03. It ended the runner (rc 1), killing
-    its other job and losing the outcome; now it is retried until the row is free."""
+    lock_timeout: the outcome write failed with 55P03. It ended the runner (rc 1), killing
+    its other job and losing the outcome; then it was retried, with the runner's other
+    outcomes, until the row was free; now it is answered busy and retried apart."""
     runner = start_runner(dsn=_with_settings(fleet_dsn, lock_timeout="300"))
     with connect(fleet_dsn, autocommit=True) as conn:
         other = _submit(conn, "forever", repo.head)
@@ -70,7 +71,10 @@ def test_a_lock_held_over_the_outcome_write_does_not_end_the_runner(
         with connect(fleet_dsn) as operator:  # a transaction, held open
             operator.execute(b"SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [job])
             wait_until(
-                lambda: "outcome write failed" in runner.output() or runner.proc.poll() is not None,
+                lambda: (
+                    "another transaction holds its row" in runner.output()
+                    or runner.proc.poll() is not None
+                ),
                 what="the outcome write to meet the lock",
             )
             assert runner.proc.poll() is None, runner.output()
