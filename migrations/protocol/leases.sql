@@ -465,7 +465,7 @@ BEGIN
             released_kind = 'outcome'
         FROM input i
         WHERE j.id = i.id AND j.lease_owner = p_runner AND j.lease_version = i.version
-          AND j.lease_expires_at IS NOT NULL AND j.id = ANY (v_locked)
+          AND j.lease_expires_at IS NOT NULL AND i.id = ANY (v_locked)
         RETURNING j.id, j.lane, j.memory_mb, j.cpu_millis, j.lease_version, j.state,
                   j.project, j.commit_sha, j.operation, j.failure_reason, j.task_id,
                   j.claimed_at, i.exit_code, i.log_tail, i.prepare_ms, i.run_ms, i.ago
