@@ -7,7 +7,10 @@ database error (a lost connection, a lock held past `lock_timeout`, a statement 
 keeps the batch and retries it with backoff (an outcome that did commit answers
 `already`, so a retry is safe); a stale answer is logged and counted, never retried.
 An outcome whose job row another transaction holds (a cancel kept open) is answered
-busy and tried again apart, after a short wait, so it never holds the batch up.
+busy and written apart by a task of its own, so it never holds the batch up. That task
+asks again at once, each call waiting its moment in the row's lock queue: when the
+holder lets go, the outcome is queued on the row, ahead of a reaper that would expire
+the lease (a holder may hold past it), as the blocking write it replaces was.
 
 A batch may carry a claim for the room its outcomes free (`Refill`, asked of the runner
 per batch): outcomes and claim are then one transaction instead of two, and where a
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -34,7 +36,7 @@ from fleetq.runner.loops import Backoff, environmental, transient, wait_or
 
 log = logging.getLogger(__name__)
 MAX_BATCH = 256
-HELD_FIRST_S, HELD_MAX_S = 0.2, 2.0  # how soon a busy outcome is tried again
+HELD_WRITERS = 4  # busy outcomes written at once, each holding a pooled connection
 
 
 class OutcomeNotRecorded(FleetqError):
@@ -76,12 +78,9 @@ class Reporter:
         self.refilled = refilled
         self.refill: Refill | None = None  # the claim of the batch being written
         self.pending: list[tuple[OutcomeReport, asyncio.Future[WriteStatus]]] = []
-        # busy outcomes: their rows were held by another transaction; tried again from
-        # `held_until` on, with whatever is pending then
-        self.held: list[tuple[OutcomeReport, asyncio.Future[WriteStatus]]] = []
-        self.held_until = 0.0
-        self.held_backoff = Backoff(HELD_FIRST_S, HELD_MAX_S)
-        self.warned: set[int] = set()  # held jobs already logged
+        # busy outcomes (another transaction held their rows), each written by a task
+        self.held: set[asyncio.Task[None]] = set()
+        self.held_slots = asyncio.Semaphore(HELD_WRITERS)
         self.wake = asyncio.Event()
         self.backoff = Backoff()
         self.gone: BaseException | None = None
@@ -101,17 +100,12 @@ class Reporter:
     async def run(self, stop: asyncio.Event) -> None:
         """Write pending outcomes until stopped and nothing is pending or held."""
         while not (stop.is_set() and not self.pending and not self.held):
-            if self.held and (self.give_up.is_set() or time.monotonic() >= self.held_until):
-                self.pending, self.held = self.held + self.pending, []
             if not self.pending:
-                self.wake.clear()
+                self.wake.clear()  # set by record(), and by each held write that ends
                 waiters = {asyncio.ensure_future(self.wake.wait())}
                 if not stop.is_set():
                     waiters.add(asyncio.ensure_future(stop.wait()))
-                if self.held:
-                    waiters.add(asyncio.ensure_future(self.give_up.wait()))
-                timeout = max(0.0, self.held_until - time.monotonic()) if self.held else None
-                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
                 for waiter in waiters:
                     waiter.cancel()
                 continue
@@ -210,29 +204,58 @@ class Reporter:
         return len(batch)
 
     def _hold(self, busy: list[tuple[OutcomeReport, asyncio.Future[WriteStatus]]]) -> None:
-        """Keep busy outcomes apart, to be tried again after a wait that grows while
-        their rows stay held."""
-        if not busy:
-            if not self.held:
-                self.held_backoff.reset()
-            return
-        for report, _future in busy:
-            if report.job_id not in self.warned:
-                self.warned.add(report.job_id)
-                log.warning(
-                    "outcome of job=%d waits: another transaction holds its row "
-                    "(a cancel, say); tried again apart from the other outcomes",
-                    report.job_id,
-                )
-        self.held.extend(busy)
-        self.held_until = time.monotonic() + self.held_backoff.next()
+        """Write each busy outcome apart, by a task of its own."""
+        for report, future in busy:
+            log.warning(
+                "outcome of job=%d waits: another transaction holds its row (a cancel, "
+                "say); written apart from the other outcomes",
+                report.job_id,
+            )
+            task = asyncio.ensure_future(self._write_held(report, future))
+            self.held.add(task)
+            task.add_done_callback(self._held_done)
+
+    def _held_done(self, task: asyncio.Task[None]) -> None:
+        self.held.discard(task)
+        self.wake.set()  # run() may be waiting for the last of them
+        if not task.cancelled() and task.exception() is not None:
+            log.error("held outcome writer failed: %r", task.exception())
+
+    async def _write_held(self, report: OutcomeReport, future: asyncio.Future[WriteStatus]) -> None:
+        """Ask again until the row is free: each call waits its moment for the row
+        (fleetq.lock_jobs), so no pause between calls is needed. A runner told to stop now
+        answers it "not recorded" (its lease is left to expire)."""
+        backoff = Backoff()
+        async with self.held_slots:
+            while not future.done():
+                if self.give_up.is_set() or self.gone is not None:
+                    future.set_exception(
+                        OutcomeNotRecorded("the runner is stopping; its job's row is held")
+                    )
+                    return
+                try:
+                    (answer,) = await leasing.complete_many(
+                        self.driver, runner=self.runner, outcomes=[report]
+                    )
+                except Exception as exc:
+                    error = environmental(exc)
+                    if error is None or not transient(error):
+                        log.error("outcome of job=%d cannot be recorded: %s", report.job_id, exc)
+                        future.set_exception(OutcomeNotRecorded(str(error or repr(exc))))
+                        return
+                    await wait_or(self.give_up, backoff.next())
+                    continue
+                backoff.reset()
+                if answer.status != WriteStatus.BUSY and self._settle(
+                    report, future, answer.status
+                ):
+                    metrics.outcome(report.outcome.value).inc()
 
     def _settle(
         self, report: OutcomeReport, future: asyncio.Future[WriteStatus], status: WriteStatus
     ) -> bool:
         """Answer the waiting execution; True when the outcome is recorded (the caller
         counts it), False when it was stale."""
-        self.warned.discard(report.job_id)
         if not future.done():
             future.set_result(status)
         if status != WriteStatus.STALE:
@@ -252,7 +275,7 @@ class Reporter:
         self._answer_all(f"the outcome writer ended: {cause!r}")
 
     def _answer_all(self, why: str) -> None:
-        pending, self.pending, self.held = self.held + self.pending, [], []
+        pending, self.pending = self.pending, []
         for _report, future in pending:
             if not future.done():
                 future.set_exception(OutcomeNotRecorded(why))

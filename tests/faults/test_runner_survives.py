@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -83,6 +84,83 @@ def test_a_lock_held_over_the_outcome_write_does_not_end_the_runner(
         assert job_state(conn, other) in ("claimed", "running")
     assert runner.proc.poll() is None
     assert "Traceback" not in runner.output()
+
+
+def test_a_second_sigterm_ends_a_runner_whose_outcome_is_held(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner
+) -> None:
+    """A row held for good over a finished job's outcome (a submitter's cancel kept
+    open): the busy outcome was retried for ever, and the runner did not exit even on a
+    second SIGTERM (a review's finding; 30d5e54 gave the outcome up and exited)."""
+    runner = start_runner()
+    with connect(fleet_dsn, autocommit=True) as conn:
+        job = _submit(conn, "sleep", repo.head)
+        wait_until(lambda: job_state(conn, job) == "running", what="the job to run")
+        with connect(fleet_dsn) as holder:
+            holder.execute(b"SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [job])
+            wait_until(
+                lambda: "another transaction holds its row" in runner.output(),
+                what="the outcome to meet the held row",
+            )
+            runner.signal(signal.SIGTERM)
+            wait_until(lambda: "shutting down" in runner.output(), what="a graceful stop")
+            runner.signal(signal.SIGTERM)
+            wait_until(lambda: runner.proc.poll() is not None, what="the runner to exit")
+            holder.rollback()
+    assert "Traceback" not in runner.output()
+
+
+def test_an_outcome_held_past_its_lease_lands_before_the_reaper(
+    own_server: EmbeddedServer, repo: Repo, tmp_path: Path
+) -> None:
+    """The job's row held past the lease, then let go (an abandoned cancel ended by
+    idle_in_transaction_session_timeout): a reaper pass right after requeued the job and
+    it ran again, as the busy outcome was asked again only after a pause of up to 2 s
+    (queued on the row a quarter of the time at best). The outcome now waits in the
+    row's lock queue all but a moment between asks, and lands first."""
+    dsn = _fleet(own_server, repo, tmp_path, lease=3)
+    proc, log = _spawn(dsn, tmp_path, "node-a", "checks=1")
+    try:
+        with connect(dsn, autocommit=True) as conn:
+            job = _submit(conn, "sleep", repo.head)
+            wait_until(lambda: job_state(conn, job) == "running", what="the job to run")
+            with connect(dsn) as holder:
+                holder.execute(b"SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [job])
+                wait_until(
+                    lambda: "another transaction holds its row" in log.read_text(),
+                    what="the outcome to meet the held row",
+                )
+                wait_until(
+                    lambda: _one(
+                        conn,
+                        "SELECT lease_expires_at < clock_timestamp() FROM fleetq.jobs "
+                        "WHERE id = $1",
+                        job,
+                    ),
+                    what="the lease to pass",
+                )
+                queued = (
+                    "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = "
+                    "'Lock' AND query LIKE '%fleetq.complete%'"
+                )
+                samples = []
+                for _ in range(20):  # a sampling of the hold, not a wait for anything
+                    samples.append(bool(_one(conn, queued)))
+                    time.sleep(0.05)
+                assert sum(samples) >= 10, samples
+                wait_until(lambda: _one(conn, queued), what="the outcome in the queue")
+                holder.rollback()
+            conn.execute(b"SELECT * FROM fleetq.reap(1000, NULL)")
+            wait_until(lambda: job_state(conn, job) == "succeeded", what="the outcome")
+            claims = _one(
+                conn,
+                "SELECT count(*) FROM fleetq.events WHERE job_id = $1 AND kind = 'claimed'",
+                job,
+            )
+        assert claims == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
 
 
 def test_a_runner_started_before_its_database_waits_for_it(
