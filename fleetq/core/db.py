@@ -33,6 +33,11 @@ SyncConnection: TypeAlias = psycopg.Connection[TupleRow]
 
 CONNECT_TIMEOUT_S = 10
 STATEMENT_TIMEOUT_MS = 30_000
+# fleetq reads dependencies live and refuses endings at REPEATABLE READ or SERIALIZABLE
+# (fleetq.require_read_committed): its sessions say READ COMMITTED whatever the database's
+# or the role's default is (a runner DSN's own setting still wins, and is refused)
+READ_COMMITTED = {"default_transaction_isolation": "read committed"}
+READ_COMMITTED_OPTION = r"-c default_transaction_isolation=read\ committed"
 
 
 class UnreadableJSON(str):
@@ -259,7 +264,7 @@ def connect(dsn: str, *, autocommit: bool = False) -> Iterator[SyncConnection]:
             autocommit=autocommit,
             connect_timeout=CONNECT_TIMEOUT_S,
             cursor_factory=psycopg.RawCursor,
-            options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+            options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} {READ_COMMITTED_OPTION}",
             application_name="fleetq",
         )
         set_json_loads(read_json, conn)

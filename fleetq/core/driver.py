@@ -23,8 +23,11 @@ from psycopg.types.json import set_json_loads
 
 from fleetq.core import errors
 from fleetq.core.db import (
+    READ_COMMITTED,
+    READ_COMMITTED_OPTION,
     as_uri,
     busy,
+    dsn_settings,
     each_host,
     misnamed,
     read_json,
@@ -119,6 +122,9 @@ async def connect_each_host(dsn: str | None = None, **kwargs: Any) -> asyncpg.Co
     refusal) held every connection attempt until the timeout, and the standby listed
     after it was never tried. libpq gives each host a timeout of its own; so does this."""
     assert dsn is not None
+    named = dsn_settings(dsn)
+    settings = {k: v for k, v in READ_COMMITTED.items() if k not in named}
+    kwargs["server_settings"] = {**settings, **(kwargs.get("server_settings") or {})}
     last: Exception | None = None
     for one in each_host(as_uri(dsn)):
         try:
@@ -227,6 +233,7 @@ class PsycopgDriver:
                 row_factory=dict_row,
                 cursor_factory=psycopg.AsyncRawCursor,
                 application_name="fleetq",
+                options=READ_COMMITTED_OPTION,
             )
         set_json_loads(read_json, conn)
         return cls(conn)

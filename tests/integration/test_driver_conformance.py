@@ -112,3 +112,32 @@ async def test_both_drivers_agree(server_dsn: str, template_db: str) -> None:
     assert facts["asyncpg"] == facts["psycopg"]
     assert facts["asyncpg"]["writes"] == ["ok", "ok", "ok", "already"]
     assert facts["asyncpg"]["claim_payload"] == {"nested": {"list": [1, "two", None]}}
+
+
+@pytest.mark.parametrize("kind", ["asyncpg", "psycopg", "sync"])
+async def test_every_session_reads_committed_whatever_the_role_s_default(
+    db_dsn: str, kind: str
+) -> None:
+    """fleetq refuses endings and dependent submits at REPEATABLE READ; a database or
+    role defaulting to it stopped the runner, the CLI and the API (a review's finding)."""
+    role = f"iso_{kind}"
+    with connect(db_dsn, autocommit=True) as admin:
+        admin.execute(f"DROP ROLE IF EXISTS {role}".encode())
+        admin.execute(f"CREATE ROLE {role} LOGIN SUPERUSER".encode())
+        admin.execute(
+            f"ALTER ROLE {role} SET default_transaction_isolation = 'serializable'".encode()
+        )
+    dsn = db_dsn.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+    assert dsn != db_dsn
+    try:
+        if kind == "sync":
+            with connect(dsn) as conn:
+                row = conn.execute(b"SHOW transaction_isolation").fetchone()
+            assert row == ("read committed",)
+        else:
+            async with open_driver(dsn, kind=kind) as d:
+                rows = await d.fetch("SHOW transaction_isolation")
+            assert rows == [{"transaction_isolation": "read committed"}]
+    finally:
+        with connect(db_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP ROLE {role}".encode())
