@@ -111,6 +111,15 @@ BEGIN
     v_leader := FOUND;
     IF v_leader THEN
         UPDATE fleetq.coordination SET taken_at = clock_timestamp() WHERE name = 'reaper';
+        -- A pass leads at its transaction's top level only: in a savepoint released
+        -- after it, the row's holder is a subtransaction that pg_locks no longer names,
+        -- and end_stuck_pass could not find it to end it.
+        IF (SELECT c.xmin FROM fleetq.coordination c WHERE c.name = 'reaper')
+               <> xid(pg_current_xact_id()) THEN
+            RAISE EXCEPTION 'the reaper''s pass runs at a transaction''s top level, not in '
+                            'a savepoint or an exception block'
+                USING ERRCODE = 'FQ003';
+        END IF;
         PERFORM fleetq.recount_reservations();
     ELSIF EXISTS (SELECT 1 FROM fleetq.coordination WHERE name = 'reaper'
                   AND taken_at > clock_timestamp() - interval '10 seconds') THEN

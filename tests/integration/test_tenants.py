@@ -544,3 +544,14 @@ def test_what_a_runner_stores_of_a_job_is_bounded(
         b"SELECT length(state_reason) FROM fleetq.runners WHERE id = $1", [RUNNER]
     ).fetchone()
     assert row == (2000,)
+
+
+def test_a_pass_leads_at_its_transaction_s_top_level_only(
+    login: Login, sync_conn: SyncConnection
+) -> None:
+    """A runner login leading the pass in a savepoint it then released held the row as a
+    subtransaction that pg_locks no longer named: end_stuck_pass found no one to end."""
+    with connect(login(roles.Kind.RUNNER, "node-x/r9")) as holder:
+        holder.execute(b"SAVEPOINT s")
+        _refused(holder, "SELECT leader FROM fleetq.reap(1000, NULL)", [], "FQ003")
+        assert holder.execute(b"SELECT leader FROM fleetq.reap(1000, NULL)").fetchall() == [(True,)]
