@@ -143,6 +143,7 @@ CREATE OR REPLACE FUNCTION fleetq.payload_problem(p_payload jsonb, p_limit integ
 AS $function$
 DECLARE
     v_bytes integer;
+    v_problem text;
 BEGIN
     IF jsonb_typeof(p_payload) IS DISTINCT FROM 'object' THEN
         RETURN 'payload must be a JSON object';
@@ -154,21 +155,22 @@ BEGIN
     IF v_bytes > 200 AND jsonb_path_exists(p_payload, 'strict $.**{101}') THEN
         RETURN 'payload nests more than 100 levels deep';
     END IF;
-    IF v_bytes > 1000 AND EXISTS (
-           SELECT 1 FROM jsonb_path_query(p_payload, 'strict $.** ? (@.type() == "number")') n
-           WHERE length(n::text) > 1000) THEN
-        RETURN 'payload holds a number over 1,000 characters long';
+    -- One scan of its numbers (for a payload long enough to hold such a number): over
+    -- 1,000 characters Python refuses them; a fraction past a double's range a reader's
+    -- JSON decoder makes infinity (`--json` printed Infinity, which is no JSON; the HTTP
+    -- API answered null). An integer is read exactly (jsonb writes 1e400 out digit by
+    -- digit).
+    IF v_bytes > 300 THEN
+        SELECT CASE WHEN length(n::text) > 1000
+                    THEN 'payload holds a number over 1,000 characters long'
+                    ELSE 'payload holds a number beyond a double''s range (1.8e308)' END
+        INTO v_problem
+        FROM jsonb_path_query(p_payload, 'strict $.** ? (@.type() == "number")') n
+        WHERE length(n::text) > 1000
+           OR (strpos(n::text, '.') > 0 AND abs(n::text::numeric) > 1.7976931348623157e308)
+        LIMIT 1;
     END IF;
-    -- A fraction past a double's range a reader's JSON decoder makes infinity (Python,
-    -- and so `--json`, printed Infinity, which is no JSON; the HTTP API answered null).
-    -- An integer is read exactly (jsonb writes 1e400 out as one, digit by digit).
-    IF v_bytes > 300 AND EXISTS (
-           SELECT 1 FROM jsonb_path_query(p_payload, 'strict $.** ? (@.type() == "number")') n
-           WHERE strpos(n::text, '.') > 0
-             AND abs(n::text::numeric) > 1.7976931348623157e308) THEN
-        RETURN 'payload holds a number beyond a double''s range (1.8e308)';
-    END IF;
-    RETURN NULL;
+    RETURN v_problem;
 END;
 $function$;
 

@@ -62,10 +62,9 @@ BEGIN
     v_locked := fleetq.lock_jobs(v_waiting, NULL, 'waiting');
     IF cardinality(v_locked) < cardinality(v_waiting) THEN
         INSERT INTO fleetq.settle_again (job_id)
-        SELECT DISTINCT jd.depends_on
-        FROM fleetq.job_dependencies jd JOIN fleetq.jobs w ON w.id = jd.job_id
-        WHERE jd.depends_on = ANY (p_ended) AND w.state = 'waiting'
-          AND w.id <> ALL (v_locked)
+        SELECT DISTINCT jd.depends_on FROM fleetq.job_dependencies jd
+        WHERE jd.job_id = ANY (v_waiting) AND jd.job_id <> ALL (v_locked)
+          AND jd.depends_on = ANY (p_ended)
         ON CONFLICT DO NOTHING;
         v_waiting := v_locked;
     END IF;

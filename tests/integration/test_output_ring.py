@@ -9,6 +9,7 @@ import pytest
 from fleetq.core import leasing, output, producer
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
+from fleetq.core.models import JobId, RunnerId
 from fleetq.runner.output import skip_to
 from tests import fleet
 from tests.fleet import SHA
@@ -16,18 +17,24 @@ from tests.fleet import SHA
 CHUNK = output.CHUNK_BYTES
 
 
+async def _job(driver: Driver, sync_conn: SyncConnection, keep_kib: int) -> tuple[RunnerId, JobId]:
+    """A runner and a job for it, on a fleet keeping `keep_kib` of a run's newest output."""
+    fleet.operations(sync_conn)
+    sync_conn.execute(
+        b"UPDATE fleetq.settings SET value = $1 WHERE name = 'output_keep_kib'", [str(keep_kib)]
+    )
+    sync_conn.commit()
+    runner = await fleet.runner(driver)
+    submitted = await producer.submit(
+        driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
+    )
+    return runner, submitted.job_id
+
+
 async def test_a_run_keeps_its_head_and_its_newest_chunks(
     driver: Driver, sync_conn: SyncConnection
 ) -> None:
-    fleet.operations(sync_conn)
-    sync_conn.execute(b"UPDATE fleetq.settings SET value = '256' WHERE name = 'output_keep_kib'")
-    sync_conn.commit()
-    runner = await fleet.runner(driver)
-    job = (
-        await producer.submit(
-            driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
-        )
-    ).job_id
+    runner, job = await _job(driver, sync_conn, 256)
     (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
     token = claim.lease_version
     # two small chunks make the head, then 20 full ones: the shipper sent all of them
@@ -82,15 +89,7 @@ async def test_each_execution_s_output_is_kept_apart(
 ) -> None:
     """A job's second execution trims its own output within the budget: the first
     execution's chunks neither count against it nor are trimmed with it."""
-    fleet.operations(sync_conn)
-    sync_conn.execute(b"UPDATE fleetq.settings SET value = '128' WHERE name = 'output_keep_kib'")
-    sync_conn.commit()
-    runner = await fleet.runner(driver)
-    job = (
-        await producer.submit(
-            driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
-        )
-    ).job_id
+    runner, job = await _job(driver, sync_conn, 128)
     for chunks in (3, 5):  # the first execution fits its budget, the second does not
         (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
         for seq in range(chunks):

@@ -45,6 +45,25 @@ def as_runner(login: Login, sync_conn: SyncConnection) -> Iterator[SyncConnectio
         yield conn
 
 
+SUCCEED = (
+    "SELECT status FROM fleetq.complete($1, $2::bigint[], $3::bigint[], $4::text[], "
+    "$5::integer[], $6::text[], $7::text[], $8::integer[], $9::integer[], $10::integer[])"
+)
+
+
+def _succeeded(*jobs: int) -> list[object]:
+    """SUCCEED's parameters: node-a/r1's outcome `succeeded` for `jobs`, each under token 1."""
+    n = len(jobs)
+    nulls: list[None] = [None] * n
+    return [RUNNER, list(jobs), [1] * n, ["succeeded"] * n, [0] * n, nulls, [""] * n,
+            [1] * n, [1] * n, nulls]  # fmt: skip
+
+
+def _succeed(conn: SyncConnection, *jobs: int) -> list[str]:
+    """node-a/r1 ends `jobs` succeeded (token 1 each); the answers, in order."""
+    return [str(row[0]) for row in conn.execute(SUCCEED.encode(), _succeeded(*jobs)).fetchall()]
+
+
 def _job(sync_conn: SyncConnection, who: str = "alice", key: str | None = None) -> int:
     row = sync_conn.execute(
         b"SELECT job_id FROM fleetq.submit('tools', 'lint', $1, NULL, $2, NULL, $3, '{}', "
@@ -376,12 +395,7 @@ def test_a_dependent_submit_held_open_holds_no_ending_up(
         held = [holder.execute(after.encode(), [SHA, j]).fetchone() for j in (job, waiting)]
         holder.execute(after.encode(), [SHA, cancelled])
         as_runner.execute(b"SET lock_timeout = '5s'")  # a wait would end as 55P03
-        done = as_runner.execute(
-            b"SELECT status FROM fleetq.complete($1, ARRAY[$2::bigint], '{1}', '{succeeded}', "
-            b"'{0}', '{NULL}', '{\"\"}', '{1}', '{1}', '{NULL}')",
-            [RUNNER, job],
-        ).fetchall()
-        assert done == [("ok",)]
+        assert _succeed(as_runner, job) == ["ok"]
         sync_conn.execute(b"SET lock_timeout = '5s'")
         sync_conn.execute(b"SELECT * FROM fleetq.cancel($1, 'operator', 'x')", [cancelled])
         assert _states(sync_conn, job, waiting, cancelled) == ["succeeded", "queued", "cancelled"]
@@ -418,19 +432,12 @@ def test_a_cancel_held_open_holds_no_other_outcome_up(
     runner (another tenant's too) waited, and its slots stayed full."""
     mine, theirs = _job(sync_conn, who="mallory"), _job(sync_conn)
     as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 2, NULL)", [RUNNER])
-    complete = (
-        "SELECT status FROM fleetq.complete($1, $2::bigint[], '{1,1}', "
-        "'{succeeded,succeeded}', '{0,0}', '{NULL,NULL}', '{\"\",\"\"}', '{1,1}', '{1,1}', "
-        "'{NULL,NULL}')"
-    )
     with connect(login(roles.Kind.SUBMITTER, "mallory")) as holder:
         holder.execute(b"SELECT * FROM fleetq.cancel($1, 'mallory', 'x')", [mine])
         as_runner.execute(b"SET lock_timeout = '5s'")  # a wait would end as 55P03
-        answers = as_runner.execute(complete.encode(), [RUNNER, [mine, theirs]]).fetchall()
-        assert answers == [("busy",), ("ok",)]
+        assert _succeed(as_runner, mine, theirs) == ["busy", "ok"]
         holder.rollback()
-    answers = as_runner.execute(complete.encode(), [RUNNER, [mine, theirs]]).fetchall()
-    assert answers == [("ok",), ("already",)]
+    assert _succeed(as_runner, mine, theirs) == ["ok", "already"]
     assert _states(sync_conn, mine, theirs) == ["succeeded", "succeeded"]
 
 
@@ -450,12 +457,7 @@ def test_a_dependent_s_cancel_held_open_holds_no_ending_up(
     with connect(login(roles.Kind.SUBMITTER, "mallory")) as holder:
         holder.execute(b"SELECT * FROM fleetq.cancel($1, 'mallory', 'x')", [waiting[0]])
         as_runner.execute(b"SET lock_timeout = '5s'")  # a wait would end as 55P03
-        done = as_runner.execute(
-            b"SELECT status FROM fleetq.complete($1, ARRAY[$2::bigint], '{1}', '{succeeded}', "
-            b"'{0}', '{NULL}', '{\"\"}', '{1}', '{1}', '{NULL}')",
-            [RUNNER, job],
-        ).fetchall()
-        assert done == [("ok",)]
+        assert _succeed(as_runner, job) == ["ok"]
         holder.rollback()
     assert _states(sync_conn, job, waiting[0]) == ["succeeded", "waiting"]
     sync_conn.execute(b"SELECT * FROM fleetq.reap(1000, NULL)")  # the leader settles again
@@ -504,11 +506,7 @@ def test_dependencies_are_read_at_read_committed_only(
     job = _job(sync_conn)
     as_runner.execute(b"SELECT * FROM fleetq.claim($1, 'checks', 1, NULL)", [RUNNER])
     as_runner.execute(b"SET default_transaction_isolation = 'repeatable read'")
-    complete = (
-        "SELECT status FROM fleetq.complete($1, ARRAY[$2::bigint], '{1}', '{succeeded}', "
-        "'{0}', '{NULL}', '{\"\"}', '{1}', '{1}', '{NULL}')"
-    )
-    _refused(as_runner, complete, [RUNNER, job], "FQ003")
+    _refused(as_runner, SUCCEED, _succeeded(job), "FQ003")
     with connect(login(roles.Kind.SUBMITTER, "mallory")) as submitter:
         submitter.execute(b"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         after = (
@@ -517,7 +515,7 @@ def test_dependencies_are_read_at_read_committed_only(
         )
         _refused(submitter, after, [SHA, job], "FQ003")
     as_runner.execute(b"SET default_transaction_isolation = 'read committed'")
-    assert as_runner.execute(complete.encode(), [RUNNER, job]).fetchall() == [("ok",)]
+    assert _succeed(as_runner, job) == ["ok"]
 
 
 def test_what_a_runner_stores_of_a_job_is_bounded(
