@@ -8,7 +8,10 @@ so a traceback was printed instead of the 130 every command exits with on Ctrl-C
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+from types import FrameType
 
 from fleetq import __version__
 
@@ -16,9 +19,36 @@ INTERRUPTED = 130  # as fleetq.cli.exits.Exit.INTERRUPTED, without importing it
 CONFIG = 78  # as fleetq.cli.exits.Exit.CONFIG: an extra is missing
 
 
+def _interrupted_while_loading(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C while modules load: exit 130 at once. A KeyboardInterrupt raised inside an
+    import can surface as another error (a RuntimeError from `__set_name__`) or as
+    "Exception ignored" with a traceback from importlib's own callbacks, and an import
+    has nothing to undo."""
+    os.write(2, f"{_command}: interrupted\n".encode())
+    os._exit(INTERRUPTED)
+
+
+_command = "fleetq"
+
+
+def loading(command: str = "fleetq") -> None:
+    """Until `loaded()`, a Ctrl-C ends the process at once with 130."""
+    global _command
+    _command = command
+    signal.signal(signal.SIGINT, _interrupted_while_loading)
+
+
+def loaded() -> None:
+    """The command's modules are in: Ctrl-C raises KeyboardInterrupt again, which the
+    command handles. A no-op where `loading()` was not called (in-process callers)."""
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_loading:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def console() -> int:
     """`fleetq-console`: the console, or one line saying which extra it needs (its
     modules import Textual as they load)."""
+    loading("fleetq-console")
     from fleetq.core import extras
     from fleetq.core.errors import ExtraMissing
 
@@ -28,6 +58,7 @@ def console() -> int:
         return CONFIG
     from fleetq.console.main import main as run
 
+    loaded()
     return run()
 
 
@@ -36,8 +67,7 @@ def main() -> int:
     if sys.argv[1:] == ["--version"]:
         print(f"fleetq {__version__}")
         return 0
-    try:
-        from fleetq.cli.main import main as run
-    except KeyboardInterrupt:
-        return INTERRUPTED
+    loading()
+    from fleetq.cli.main import main as run  # loaded() once it has parsed the command line
+
     return run()

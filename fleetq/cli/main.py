@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from fleetq import __version__
-from fleetq.cli import exits
+from fleetq.cli import entry, exits
 from fleetq.cli.output import terminal
 from fleetq.core.errors import ConfigError, FleetqError
 from fleetq.core.text import escape
@@ -154,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("fleetq: interrupted", file=sys.stderr)
             return exits.Exit.INTERRUPTED
+        entry.loaded()
         logging.basicConfig(
             level=logging.INFO if args.verbose else logging.WARNING,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
