@@ -4,14 +4,16 @@ a test goes red each time.
     uv run python scripts/mutants.py [--dsn SERVER] [--only NAME ...] [--jobs N] [--list]
                                      [--baseline]
 
-The mutants are listed, each with why it matters, in scripts/mutants.toml. For each one
-the script copies the code, the migrations and the tests into a scratch directory,
-applies the mutant to one protocol file (migrations/protocol/), and runs the protocol
-tests there (`-x`: the first failure is enough) against one PostgreSQL server: --dsn,
-else FLEETQ_TEST_DSN, else an embedded server started for the run. A mutant is *caught*
-when a test fails (not merely errors: a mutant that breaks the SQL's syntax proves
-nothing). Mutants run `--jobs` at a time (default 2). Exit status 1 if any mutant
-survived or could not be judged, so CI fails.
+The mutants are listed, each with why it matters, in scripts/mutants.toml. `--jobs`
+worker sessions (default 2; scripts/mutant_worker.py), each a pytest session on a
+scratch copy of the code, the migrations and the tests, judge them one after another:
+a worker applies the mutant to one protocol file (migrations/protocol/) and to its live
+databases, runs the mutant's `first` test, then, if that passed, every protocol test,
+stopping at the first failure, and puts the file back. All against one PostgreSQL
+server: --dsn, else FLEETQ_TEST_DSN, else an embedded server started for the run. A
+mutant is *caught* when a test fails (not merely errors: a mutant that breaks the SQL's
+syntax proves nothing). Exit status 1 if any mutant survived or could not be judged, so
+CI fails.
 
 First it says how many of the protocol's guards a mutant covers (scripts/guards.py: each
 IF that refuses, each WHERE of a write, each clock read and lock) and, on a full run,
@@ -21,15 +23,17 @@ fails on a guard that neither a mutant covers nor scripts/guards.toml lists.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
-import re
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,7 +78,6 @@ TESTS = (
 )
 COPIED = ("fleetq", "migrations", "tests", "docs", "pyproject.toml")
 UNUSED_PLUGINS = ("textual-snapshot", "syrupy", "xdist", "xdist.looponfail", "anyio")
-_FAILED = re.compile(r"^FAILED (\S+)", re.M)
 
 
 class Mutant(BaseModel):
@@ -98,10 +101,9 @@ class Mutant(BaseModel):
             return (TESTS,)
         return ((self.first,), tuple(t for t in TESTS if t != self.first))
 
-    def apply(self, protocol: Path) -> None:
-        """Patch the file under `protocol`; refuse when `find` no longer matches as listed."""
-        path = protocol / self.file
-        text = path.read_text()
+    def applied(self, text: str) -> str:
+        """Its file's text with the mutant applied; refuse when `find` no longer matches
+        as listed."""
         found = text.count(self.find)
         if found != self.count:
             raise SystemExit(
@@ -109,7 +111,7 @@ class Mutant(BaseModel):
                 f"protocol/{self.file}, found {found}: the SQL changed, update "
                 f"{LIST.relative_to(ROOT)}"
             )
-        path.write_text(text.replace(self.find, self.replace))
+        return text.replace(self.find, self.replace)
 
 
 class Verdict(BaseModel):
@@ -137,55 +139,139 @@ def server(dsn: str | None) -> Iterator[str]:
         yield started
 
 
-def run(mutant: Mutant | None, dsn: str, groups: tuple[tuple[str, ...], ...]) -> Verdict:
-    """Run the protocol tests, group after group, on a copy of the code with `mutant`
-    applied (None: as is); the first group with a failing test catches it."""
-    start = time.monotonic()
-    name = mutant.name if mutant else "(none)"
-    with tempfile.TemporaryDirectory(prefix="fleetq-mutant-") as scratch:
-        copy = Path(scratch)
+class Worker:
+    """One pytest session on a scratch copy of the code that judges mutant after mutant
+    (scripts/mutant_worker.py): the protocol tests are collected once, and each mutant
+    costs its migrate and its tests, not a process of its own."""
+
+    def __init__(self, dsn: str, scratch: Path, files: tuple[str, ...]) -> None:
+        self.dsn = dsn
+        self.copy = scratch
+        self.files = files
         for entry in COPIED:
             source = ROOT / entry
             if source.is_dir():
-                shutil.copytree(source, copy / entry, ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copytree(
+                    source, scratch / entry, ignore=shutil.ignore_patterns("__pycache__")
+                )
             else:
-                shutil.copy2(source, copy / entry)
-        if mutant is not None:
-            mutant.apply(copy / "migrations" / "protocol")
-        env = {**os.environ, "PYTHONPATH": str(copy), "FLEETQ_TEST_DSN": dsn}
-        for tests in groups:
-            done = subprocess.run(
+                shutil.copy2(source, scratch / entry)
+        shutil.copy2(ROOT / "scripts" / "mutant_worker.py", scratch / "mutant_worker.py")
+        self.log = scratch / "worker.log"
+        self._start()
+
+    def _start(self) -> None:
+        jobs_read, self._jobs_write = os.pipe()
+        self._verdicts_read, verdicts_write = os.pipe()
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(self.copy),
+            "FLEETQ_TEST_DSN": self.dsn,
+            "FLEETQ_MUTANT_IN": str(jobs_read),
+            "FLEETQ_MUTANT_OUT": str(verdicts_write),
+        }
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
                 [
                     sys.executable,
                     "-m",
                     "pytest",
-                    "-x",
                     "-q",
+                    "-p",
+                    "mutant_worker",
                     "-p",
                     "no:randomly",
                     "-p",
                     "no:cacheprovider",
-                    # the console's screenshots and the parallel runner are not used here:
-                    # loading them costs 2 s of CPU per run, 41 mutants over
+                    # the console's screenshots and the parallel runner are not used here
                     *(a for plugin in UNUSED_PLUGINS for a in ("-p", f"no:{plugin}")),
-                    *tests,
+                    *self.files,
                 ],
-                cwd=copy,
+                cwd=self.copy,
                 env=env,
-                capture_output=True,
-                text=True,
-                check=False,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(jobs_read, verdicts_write),
             )
-            failed = _FAILED.findall(done.stdout)
-            if done.returncode == 1 and failed:
-                seconds = time.monotonic() - start
-                return Verdict(name=name, caught=True, by=failed[0], seconds=seconds)
-            if done.returncode != 0:
-                tail = " ".join(done.stdout.strip().splitlines()[-1:]) or done.stderr.strip()[-200:]
-                seconds = time.monotonic() - start
-                return Verdict(name=name, caught=False, by=f"not judged: {tail}", seconds=seconds)
-    seconds = time.monotonic() - start
-    return Verdict(name=name, caught=False, by="every test passed", seconds=seconds)
+        os.close(jobs_read)
+        os.close(verdicts_write)
+        self._jobs = os.fdopen(self._jobs_write, "w", buffering=1)
+        self._verdicts = os.fdopen(self._verdicts_read, "r")
+
+    def judge(self, mutant: Mutant | None, groups: tuple[tuple[str, ...], ...]) -> Verdict:
+        """Run the groups with `mutant` applied (None: as is); the first group with a
+        failing test catches it."""
+        start = time.monotonic()
+        name = mutant.name if mutant else "(none)"
+        file = mutant.file if mutant else "claim.sql"
+        text = (ROOT / "migrations" / "protocol" / file).read_text()
+        if mutant is not None:
+            text = mutant.applied(text)
+        job = {"name": name, "file": file, "text": text, "groups": [list(g) for g in groups]}
+        try:
+            self._jobs.write(json.dumps(job) + "\n")
+            line = self._verdicts.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:  # the session ended: say why, and start another for what follows
+            self.close()
+            tail = self.log.read_text()[-600:] if self.log.exists() else ""
+            self._start()
+            seconds = time.monotonic() - start
+            return Verdict(
+                name=name, caught=False, by=f"not judged: worker ended: {tail}", seconds=seconds
+            )
+        verdict = Verdict.model_validate_json(line)
+        if verdict.by.startswith("not judged"):  # the session ended after it: a new one
+            self.close()
+            self._start()
+        return verdict
+
+    def close(self) -> None:
+        """End the session (its fixtures drop their databases)."""
+        for stream in (self._jobs, self._verdicts):
+            with contextlib.suppress(OSError):
+                stream.close()
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@contextmanager
+def workers(dsn: str, count: int, files: tuple[str, ...]) -> Iterator[queue.Queue[Worker]]:
+    """`count` worker sessions collecting `files`, each on a scratch copy of its own,
+    handed out by a queue."""
+    with tempfile.TemporaryDirectory(prefix="fleetq-mutants-") as scratch:
+        idle: queue.Queue[Worker] = queue.Queue()
+        made = []
+        try:
+            for index in range(count):
+                directory = Path(scratch) / str(index)
+                directory.mkdir()
+                made.append(Worker(dsn, directory, files))
+                idle.put(made[-1])
+            yield idle
+        finally:
+            for worker in made:
+                worker.close()
+
+
+def collected(mutants: list[Mutant]) -> tuple[str, ...]:
+    """The test files a worker collects: the protocol tests and every mutant's `first`."""
+    firsts = [m.first.split("::")[0] for m in mutants if m.first]
+    return tuple(dict.fromkeys((*TESTS, *firsts)))
+
+
+def _with(idle: queue.Queue[Worker], use: Callable[[Worker], Verdict]) -> Verdict:
+    """Run `use` on an idle worker, then give the worker back."""
+    worker = idle.get()
+    try:
+        return use(worker)
+    finally:
+        idle.put(worker)
 
 
 def main() -> int:
@@ -213,27 +299,28 @@ def main() -> int:
     if not args.only and not coverage.ok:
         print("a guard has no mutant: add one, or list it in scripts/guards.toml (why)")
         return 1
-    with tempfile.TemporaryDirectory() as check:  # every mutant still applies
-        shutil.copytree(ROOT / "migrations" / "protocol", Path(check) / "p")
-        for m in mutants:
-            m.apply(Path(check) / "p")
-            shutil.copy2(ROOT / "migrations" / "protocol" / m.file, Path(check) / "p" / m.file)
-    with server(args.dsn or os.environ.get("FLEETQ_TEST_DSN")) as dsn:
+    for m in mutants:  # every mutant still applies
+        m.applied((ROOT / "migrations" / "protocol" / m.file).read_text())
+    jobs = max(1, min(args.jobs, len(mutants)))
+    started = time.monotonic()
+    with (
+        server(args.dsn or os.environ.get("FLEETQ_TEST_DSN")) as dsn,
+        workers(dsn, jobs, collected(mutants)) as idle,
+    ):
         if args.baseline:
-            base = run(None, dsn, (TESTS,))
+            base = _with(idle, lambda w: w.judge(None, (TESTS,)))
             print(f"unmutated: {base.by if not base.caught else 'FAILED ' + base.by}")
             if base.caught or base.by != "every test passed":
                 print("the tests fail without any mutant: fix that first")
                 return 1
 
         def judged(m: Mutant) -> Verdict:
-            verdict = run(m, dsn, m.tests())
+            verdict = _with(idle, lambda w: w.judge(m, m.tests()))
             mark = "caught  " if verdict.caught else "SURVIVED"
             print(f"{mark} {m.name:40} {verdict.seconds:5.1f}s  {verdict.by}", flush=True)
             return verdict
 
-        started = time.monotonic()
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
             verdicts = list(pool.map(judged, mutants))
     survived = [v for v in verdicts if not v.caught]
     print(

@@ -55,9 +55,9 @@ BOUND_S = 90  # a waiter gives up by then, so a test that failed leaves no threa
 
 
 async def _done(command: Future[int]) -> int:
-    """The background command's status, once the ending woke it (half a minute at most: a
-    waiter only a resync would wake fails here)."""
-    return await asyncio.wait_for(asyncio.wrap_future(command), 30)
+    """The background command's status, once the ending woke it (10 s at most, where a
+    notification takes milliseconds: a waiter only a resync would wake fails here)."""
+    return await asyncio.wait_for(asyncio.wrap_future(command), 10)
 
 
 def _in_background(db_dsn: str, *argv: str) -> Future[int]:
