@@ -11,8 +11,9 @@ same way. Databases made after that (every test's own, cloned from the template)
 the mutant; a test that migrates a database itself reads the mutated file.
 
 Loaded as `-p mutant_worker` from the scratch copy's root. Jobs arrive as JSON lines
-on the file descriptor in $FLEETQ_MUTANT_IN; each verdict goes back as a JSON line on
-$FLEETQ_MUTANT_OUT.
+on the file descriptor in $FLEETQ_MUTANT_IN (with `budget_s`, a job stops, not judged,
+once that much time has passed: for trying out candidates); each verdict goes back as a
+JSON line on $FLEETQ_MUTANT_OUT.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from _pytest.runner import runtestprotocol
 
 from fleetq.core import migrate
 from fleetq.core.db import with_database
+from tests.stamps import FAILURE
 
 IN = "FLEETQ_MUTANT_IN"
 OUT = "FLEETQ_MUTANT_OUT"
@@ -105,6 +107,9 @@ def _judge(
         for group in job["groups"]:
             chosen = [i for i in session.items if selected(i.nodeid, list(group))]
             for index, item in enumerate(chosen):
+                if "budget_s" in job and time.monotonic() - start > float(job["budget_s"]):
+                    session._setupstate.teardown_exact(session)  # type: ignore[arg-type]
+                    return verdict(False, "not judged: out of time")
                 following = chosen[index + 1] if index + 1 < len(chosen) else None
                 keep = _common(item, following, session)
                 # `nextitem` only says which fixtures stay set up: the node kept
@@ -113,7 +118,8 @@ def _judge(
                     if report.failed:
                         if following is not None:  # stop here: tear down to the session
                             session._setupstate.teardown_exact(session)  # type: ignore[arg-type]
-                        if report.when == "call":
+                        # a failed call, or a stamp from the future (tests/stamps.py)
+                        if report.when == "call" or FAILURE in str(report.longrepr):
                             return verdict(True, item.nodeid)
                         return verdict(
                             False,

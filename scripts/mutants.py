@@ -199,7 +199,12 @@ class Worker:
         self._jobs = os.fdopen(self._jobs_write, "w", buffering=1)
         self._verdicts = os.fdopen(self._verdicts_read, "r")
 
-    def judge(self, mutant: Mutant | None, groups: tuple[tuple[str, ...], ...]) -> Verdict:
+    def judge(
+        self,
+        mutant: Mutant | None,
+        groups: tuple[tuple[str, ...], ...],
+        budget_s: float | None = None,
+    ) -> Verdict:
         """Run the groups with `mutant` applied (None: as is); the first group with a
         failing test catches it."""
         start = time.monotonic()
@@ -208,7 +213,14 @@ class Worker:
         text = (ROOT / "migrations" / "protocol" / file).read_text()
         if mutant is not None:
             text = mutant.applied(text)
-        job = {"name": name, "file": file, "text": text, "groups": [list(g) for g in groups]}
+        job: dict[str, object] = {
+            "name": name,
+            "file": file,
+            "text": text,
+            "groups": [list(g) for g in groups],
+        }
+        if budget_s is not None:
+            job["budget_s"] = budget_s
         try:
             self._jobs.write(json.dumps(job) + "\n")
             line = self._verdicts.readline()

@@ -27,6 +27,7 @@ from fleetq.core import migrate
 from fleetq.core.db import SyncConnection, connect, with_database
 from fleetq.core.driver import Driver, open_driver
 from fleetq.core.embedded import EmbeddedServer
+from tests import stamps
 
 # Test-only settings: durability is not what these tests measure.
 FAST = {
@@ -105,8 +106,13 @@ def template_db(server_dsn: str) -> Iterator[str]:
 def db_dsn(server_dsn: str, template_db: str) -> Iterator[str]:
     """A fresh, migrated database of this test's own."""
     name = create_database(server_dsn, template_db)
-    yield with_database(server_dsn, name)
-    drop_database(server_dsn, name)
+    dsn = with_database(server_dsn, name)
+    yield dsn
+    try:
+        if found := stamps.future_stamps(dsn):
+            pytest.fail(f"{stamps.FAILURE}: {found}", pytrace=False)
+    finally:
+        drop_database(server_dsn, name)
 
 
 @pytest.fixture

@@ -58,16 +58,13 @@ async def test_a_waiting_job_climbs_a_class_per_wait_and_overtakes(
             driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
         )
     ).job_id  # class 2
-    start = _now(sync_conn)
+    start = _now(sync_conn) - timedelta(seconds=50)
+    sync_conn.execute("UPDATE fleetq.jobs SET created_at = $1 WHERE id = $2", [start, old])
     gate = (
         await producer.submit(
             driver, project="webapp", operation="unit", commit=SHA, submitted_by="a"
         )
     ).job_id  # class 1, submitted (as the reaper's clock sees it) 50 s after `old`
-    sync_conn.execute(
-        "UPDATE fleetq.jobs SET created_at = $1 WHERE id = $2",
-        [start + timedelta(seconds=50), gate],
-    )
     _reap_at(sync_conn, start + timedelta(seconds=AFTER_S - 5))
     assert (await readers.job(driver, old)).priority_class == 2  # not yet
     _reap_at(sync_conn, start + timedelta(seconds=AFTER_S + 1))
