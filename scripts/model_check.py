@@ -91,10 +91,10 @@ CASES = (
         why="a cancel frees the room before the stop",
     ),
     Case(
-        config="FindingHandlerSessionLost.cfg",
+        config="MutantBusyRenewalUnrecorded.cfg",
         must_hold=False,
         expect="OverlapOnlyBeforeFence",
-        why="finding: a handler's session ends mid-transaction",
+        why="busy counted as renewed, renewed nowhere, the handler's session lost (before 0039)",
     ),
 )
 

@@ -201,10 +201,13 @@ Launch(r, e) ==
 
 (* Renewal of every lease the runner holds in one statement (heartbeat_unchecked).  *)
 (*   ok    owner + token, row free: renewed (age 0); the runner counts from the send *)
-(*   busy  its own handler transaction holds the row (SKIP LOCKED): not renewed.    *)
-(*         keeping.py counts it as renewed all the same: nobody can take the lease  *)
-(*         while the row is held (the reaper skips it, cancel waits), and the       *)
-(*         transaction renews the lease before it lets the row go (TxnEnd).         *)
+(*   busy  its own handler transaction holds the row (SKIP LOCKED): the row is not *)
+(*         written, the renewal is (busy_renewals), and the reaper honours it, so    *)
+(*         keeping.py counts it as renewed: nobody can take the lease while the row *)
+(*         is held (the reaper skips it, cancel waits), nor after the holder's      *)
+(*         session ends (TxnLost) until the busy renewal runs out. The transaction  *)
+(*         renews the lease before it lets the row go (TxnEnd). Mutation            *)
+(*         BusyRenewalUnrecorded is the code before 0039: busy renewed nothing.    *)
 (*   stale the lease is not this (owner, token): the runner stops the run.          *)
 (* A lost reply renews in the database and tells the runner nothing.               *)
 Answer(r, e) ==
@@ -218,10 +221,13 @@ AfterRenewal(r, e) ==
     ELSE IF a = "stale" /\ e.phase \in Live THEN [e EXCEPT !.phase = "moved", !.eage = 0]
     ELSE e
 
+Renews(a) ==
+    a = "ok" \/ (a = "busy" /\ Mutation \notin {"BusyRenewalUnrecorded", "BusyCountedNoRenewal"})
+
 Heartbeat(r, replyLost) ==
     /\ run[r] = "up"
     /\ \E e \in held[r] : Answer(r, e) # "none"
-    /\ age' = [j \in Jobs |-> IF \E e \in held[r] : e.job = j /\ Answer(r, e) = "ok"
+    /\ age' = [j \in Jobs |-> IF \E e \in held[r] : e.job = j /\ Renews(Answer(r, e))
                               THEN 0 ELSE age[j]]
     /\ held' = IF replyLost THEN held
                ELSE [held EXCEPT ![r] = {AfterRenewal(r, e) : e \in held[r]}]

@@ -275,6 +275,17 @@ BEGIN
                             AND j.state IN ('claimed', 'running')));
     PERFORM fleetq.note_stale(p_runner, 'heartbeat', v_stale, v_stale_versions);
 
+    -- busy: ours under the token named, its row held by another transaction (the
+    -- handler's ctx.transaction()). The runner counts it renewed, so it is renewed here,
+    -- where the lock does not reach, and the reaper honours it: should the holder's
+    -- session end, the row comes free with a lease as fresh as the runner's fence clock.
+    INSERT INTO fleetq.busy_renewals AS b (job_id, lease_version, lease_expires_at)
+    SELECT i.id, i.version, clock_timestamp() + v_lease
+    FROM unnest(p_jobs, p_versions) AS i(id, version)
+    WHERE i.id <> ALL (coalesce(v_ids, '{}')) AND i.id <> ALL (coalesce(v_stale, '{}'))
+    ON CONFLICT (job_id) DO UPDATE
+        SET lease_version = EXCLUDED.lease_version, lease_expires_at = EXCLUDED.lease_expires_at;
+
     -- The runner is alive; a draining runner with nothing left is drained. Not waited
     -- for: if another transaction holds the runner's row (its own handler committing an
     -- outcome, a claim), the leases above are what matter, and the next beat says alive.

@@ -175,6 +175,7 @@ BEGIN
         GET DIAGNOSTICS v_outputs = ROW_COUNT;
         DELETE FROM fleetq.task_notifications WHERE job_id = ANY (v_take);
         GET DIAGNOSTICS v_notifications = ROW_COUNT;
+        DELETE FROM fleetq.busy_renewals WHERE job_id = ANY (v_take);
         DELETE FROM fleetq.schedule_ticks WHERE job_id = ANY (v_take);
         GET DIAGNOSTICS v_ticks = ROW_COUNT;
         DELETE FROM fleetq.jobs WHERE id = ANY (v_take);

@@ -137,6 +137,10 @@ BEGIN
           FROM fleetq.jobs j
           WHERE j.state IN ('claimed', 'running')
             AND j.lease_expires_at < coalesce(p_now, clock_timestamp())
+            -- nor renewed while its row was held (heartbeat_unchecked, `busy`)
+            AND NOT EXISTS (SELECT 1 FROM fleetq.busy_renewals b
+                            WHERE b.job_id = j.id AND b.lease_version = j.lease_version
+                              AND b.lease_expires_at >= coalesce(p_now, clock_timestamp()))
           ORDER BY j.lease_expires_at, j.id
           LIMIT p_limit
           FOR NO KEY UPDATE SKIP LOCKED) e;

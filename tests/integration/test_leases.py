@@ -3,6 +3,7 @@ cancel, and what a zombie can (not) do."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -15,7 +16,7 @@ from fleetq.core import eligibility, leasing, producer, queries, readers, stats,
 from fleetq.core import fleet as fleet_api
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
-from fleetq.core.errors import InvalidInput, NotAllowed, NotFound, StaleLease
+from fleetq.core.errors import ConnectionFailed, InvalidInput, NotAllowed, NotFound, StaleLease
 from fleetq.core.models import (
     Claim,
     FencingToken,
@@ -822,6 +823,61 @@ async def test_renewal_skips_a_row_another_transaction_holds(driver: Driver, db_
     ]
     kinds = [e.kind for e in await readers.events(driver, job_id=held.job_id)]
     assert "stale_rejected" not in kinds
+
+
+async def test_a_busy_renewal_outlives_the_session_that_held_the_row(
+    driver: Driver, db_dsn: str
+) -> None:
+    """The runner counts a renewal answered 'busy' as renewed, so the database must too.
+    The handler's transaction held the row while the lease ran out in the database; the
+    server then ended that session (a cut connection, idle_in_transaction_session_timeout):
+    the row came free with an expired lease and the reaper gave the job to another
+    runner while the first, its fence clock fresh, still ran it."""
+    from fleetq.core.db import connect
+
+    runner = await fleet.runner(driver)
+    await _job(driver)
+    claim = await _claim_one(driver, runner)
+    assert await leasing.report_start(driver, runner=runner, start=_start(claim)) == "ok"
+    lease = [(claim.job_id, claim.lease_version)]
+    with connect(db_dsn, autocommit=True) as admin:
+        # the lease runs out in the database while the handler holds the row
+        admin.execute(
+            "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() + interval '1 second' "
+            "WHERE id = $1",
+            [claim.job_id],
+        )
+        session = contextlib.ExitStack()
+        handler = session.enter_context(connect(db_dsn))
+        (pid,) = handler.execute("SELECT pg_backend_pid()").fetchone() or ()
+        handler.execute(b"SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [claim.job_id])
+        answers = await leasing.heartbeat(driver, runner=runner, leases=lease)
+        assert [a.status for a in answers] == [WriteStatus.BUSY]
+
+        def expired() -> bool:
+            row = admin.execute(
+                "SELECT lease_expires_at < clock_timestamp() FROM fleetq.jobs WHERE id = $1",
+                [claim.job_id],
+            ).fetchone()
+            return bool(row and row[0])
+
+        wait_for(expired, "the lease running out in the database")
+        admin.execute("SELECT pg_terminate_backend($1)", [pid])
+
+        def gone() -> bool:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", [pid]
+            ).fetchone()
+            return row is not None and row[0] == 0
+
+        wait_for(gone, "the handler's session ending")
+        with contextlib.suppress(ConnectionFailed):  # its session is gone: closing says so
+            session.close()
+    assert (await leasing.reap(driver)).requeued == 0
+    job = await readers.job(driver, claim.job_id)
+    assert (job.state, job.lease_version) == (JobState.RUNNING, claim.lease_version)
+    answers = await leasing.heartbeat(driver, runner=runner, leases=lease)
+    assert [a.status for a in answers] == [WriteStatus.OK]
 
 
 async def test_a_start_report_waiting_on_executions_leaves_its_job_renewable(
