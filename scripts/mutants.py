@@ -55,6 +55,8 @@ TESTS = (
     "tests/integration/test_guards_refusals.py",
     "tests/integration/test_claim_writes.py",
     "tests/integration/test_claim_stages.py",
+    "tests/integration/test_bystanders.py",
+    "tests/integration/test_runner_rows.py",
     "tests/integration/test_query_plans.py",
     "tests/integration/test_leases.py",
     "tests/integration/test_dependencies.py",

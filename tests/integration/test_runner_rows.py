@@ -1,0 +1,136 @@
+"""A runner's own rows: registering again keeps the lanes it still holds jobs in, a
+runner back from offline is active from that moment, a state no one may set is refused,
+forgetting is done once, and a live runner is not forgotten (the refusal says since
+when it was heard from)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import pytest
+
+from fleetq.core import fleet as fleet_api
+from fleetq.core import leasing, producer, removal
+from fleetq.core.db import SyncConnection
+from fleetq.core.driver import Driver
+from fleetq.core.errors import InvalidInput, RefusedNow
+from fleetq.core.models import Registration, RunnerId, RunnerState
+from tests import fleet, stamps
+from tests.fleet import SHA
+
+
+@pytest.fixture(autouse=True)
+def _fleet(sync_conn: SyncConnection) -> None:
+    fleet.operations(sync_conn)
+
+
+def _registration(lanes: dict[str, int]) -> Registration:
+    return Registration(
+        node="node-a", name="r1", capabilities=[], memory_mb=16384, cpu_millis=8000, lanes=lanes
+    )
+
+
+def _lanes(conn: SyncConnection, runner: RunnerId) -> dict[str, tuple[int, int]]:
+    rows = conn.execute(
+        "SELECT lane, slots, slots_used FROM fleetq.runner_lanes WHERE runner_id = $1", [runner]
+    ).fetchall()
+    return {lane: (slots, used) for lane, slots, used in rows}
+
+
+def _now(conn: SyncConnection) -> datetime:
+    (now,) = conn.execute("SELECT clock_timestamp()").fetchone() or (None,)
+    assert isinstance(now, datetime)
+    return now
+
+
+async def test_registering_again_keeps_a_lane_it_still_holds_a_job_in(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """Restarted without the lane it ran a job in, the runner keeps that lane's row (and
+    its count of the job) until the job ends; a lane it holds nothing in goes."""
+    runner = await fleet_api.register(driver, _registration({"checks": 4, "control": 1}))
+    await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="a")
+    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
+    await fleet_api.register(driver, _registration({"control": 2}))
+    assert _lanes(sync_conn, runner) == {"checks": (4, 1), "control": (2, 0)}
+    assert claim.job_id
+
+
+async def test_a_runner_back_from_offline_is_active_from_that_moment(
+    driver: Driver, sync_conn: SyncConnection, db_dsn: str
+) -> None:
+    runner = await fleet_api.register(driver, _registration({"checks": 4}))
+    await fleet_api.set_state(
+        driver, runner=runner, state=RunnerState.OFFLINE, reason="stopped", actor="r1"
+    )
+    before = _now(sync_conn)
+    await fleet_api.register(driver, _registration({"checks": 4}))
+    (state, changed) = sync_conn.execute(
+        "SELECT state, state_changed_at FROM fleetq.runners WHERE id = $1", [runner]
+    ).fetchone() or (None, None)
+    assert state == "active"
+    assert before <= changed <= _now(sync_conn)
+    assert not stamps.future_stamps(db_dsn)
+
+
+@pytest.mark.parametrize("state", ["drained", "lost"])
+async def test_a_state_no_one_may_set_is_refused(
+    driver: Driver, sync_conn: SyncConnection, state: str
+) -> None:
+    """'drained' is a state a drain reaches, never one to set; the rule is the
+    function's, not only the Python enum's."""
+    runner = await fleet_api.register(driver, _registration({"checks": 4}))
+    with pytest.raises((InvalidInput,)):
+        await driver.fetch(
+            "SELECT * FROM fleetq.set_runner_state($1, $2, 'x', 'ops')", runner, state
+        )
+    (now,) = sync_conn.execute(
+        "SELECT state FROM fleetq.runners WHERE id = $1", [runner]
+    ).fetchone() or (None,)
+    assert now == "active"
+
+
+async def test_a_runner_is_forgotten_once(
+    driver: Driver, sync_conn: SyncConnection, db_dsn: str
+) -> None:
+    runner = await fleet_api.register(driver, _registration({"checks": 4}))
+    await fleet_api.set_state(
+        driver, runner=runner, state=RunnerState.OFFLINE, reason="stopped", actor="r1"
+    )
+    first = await removal.forget_runner(driver, runner=runner, actor="ops")
+    assert not stamps.future_stamps(db_dsn)
+    again = await removal.forget_runner(driver, runner=runner, actor="someone else")
+    assert again == first
+    rows = sync_conn.execute(
+        "SELECT forgotten_by, (SELECT count(*) FROM fleetq.events "
+        "WHERE kind = 'runner_forgotten' AND runner_id = $1) FROM fleetq.runners WHERE id = $1",
+        [runner],
+    ).fetchall()
+    assert rows == [("ops", 1)]
+
+
+async def test_a_live_runner_is_not_forgotten_and_the_refusal_says_since_when(
+    driver: Driver,
+) -> None:
+    runner = await fleet_api.register(driver, _registration({"checks": 4}))
+    with pytest.raises(RefusedNow) as refused:
+        await removal.forget_runner(driver, runner=runner, actor="ops")
+    # heard from a moment ago, by the database's clock (date_trunc to the second)
+    assert re.search(r"heard from 00:00:0\d ago", str(refused.value)), str(refused.value)
+
+
+@pytest.mark.parametrize("name", ["r\x07", "", "r" * 257])
+async def test_a_runner_name_the_database_would_not_show_is_refused_there(
+    driver: Driver, sync_conn: SyncConnection, name: str
+) -> None:
+    """The rule on names (no control characters, 1 to 256 bytes) is the database's,
+    not only the client's: a registration that reaches the SQL with a bad one is
+    refused there, and no runner row is written."""
+    with pytest.raises(InvalidInput):
+        await driver.fetch(
+            "SELECT * FROM fleetq.register_runner('node-a', $1, '{}', 1024, 1000, "
+            "'{checks}', '{1}', '', NULL)",
+            name,
+        )
+    assert sync_conn.execute("SELECT count(*) FROM fleetq.runners").fetchone() == (0,)
