@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
@@ -46,6 +47,7 @@ def _references(conn: SyncConnection) -> list[tuple[str, str]]:
         "WHERE c.contype = 'f' AND c.confrelid = 'fleetq.jobs'::regclass ORDER BY 1, 2"
     ).fetchall()
     unkeyed = {
+        ("fleetq.busy_renewals", "job_id"),
         ("fleetq.events", "job_id"),
         ("fleetq.executions", "job_id"),
         ("fleetq.verdicts", "job_id"),
@@ -125,16 +127,19 @@ async def _ran(
     return job
 
 
-async def _fired_and_cancelled(driver: Driver, conn: SyncConnection) -> JobId:
+async def _fired_and_cancelled(
+    driver: Driver, conn: SyncConnection, name: str = "nightly"
+) -> JobId:
     """A job a schedule fired (its tick names it), cancelled while queued."""
     conn.execute(
         "INSERT INTO fleetq.schedules (name, cron, project, operation, commit_sha) "
-        "VALUES ('nightly', '0 3 * * *', 'tools', 'lint', $1)",
-        [SHA],
+        "VALUES ($1, '0 3 * * *', 'tools', 'lint', $2)",
+        [name, SHA],
     )
     (row,) = await driver.fetch(
-        "SELECT job_id FROM fleetq.fire_schedule('nightly', "
-        "clock_timestamp() + interval '1 day', $1::text)",
+        "SELECT job_id FROM fleetq.fire_schedule($1, "
+        "clock_timestamp() + interval '1 day', $2::text)",
+        name,
         SHA,
     )
     job = JobId(row["job_id"])
@@ -166,6 +171,13 @@ async def test_jobs_that_ended_before_the_cutoff_go_with_every_row_that_names_th
                 driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
             )
         ).job_id
+    )
+    newer.append(await _fired_and_cancelled(driver, sync_conn, "hourly"))
+    # a renewal answered busy, recorded for a job of each side (migration 0039)
+    sync_conn.execute(
+        "INSERT INTO fleetq.busy_renewals (job_id, lease_version, lease_expires_at) "
+        "SELECT unnest($1::bigint[]), 1, clock_timestamp()",
+        [[a, newer[0]]],
     )
     await fleet.runner(driver, "r2", node="node-b")  # an event of no job, after the cutoff
     old_rows, newer_rows = _rows(sync_conn, old), _rows(sync_conn, newer)
@@ -483,6 +495,15 @@ async def test_a_cutoff_that_is_not_in_the_past_is_refused_and_nothing_goes(
         await driver.fetch(
             "SELECT * FROM fleetq.prune_jobs(clock_timestamp() + interval '1 minute', 0, 10)"
         )
+    with pytest.raises(InvalidInput, match="at least one job"):  # and an empty batch
+        await driver.fetch("SELECT * FROM fleetq.prune_jobs(clock_timestamp(), 0, 0)")
+    # the refusal names the database's clock as it refused
+    with pytest.raises(InvalidInput) as refused:
+        await driver.fetch("SELECT * FROM fleetq.prune_jobs('infinity', 0, 10)")
+    said = re.search(r"the database's clock says ([^)]+)\)", str(refused.value))
+    assert said is not None, str(refused.value)
+    (told,) = sync_conn.execute("SELECT $1::text::timestamptz", [said[1]]).fetchone() or (None,)
+    assert now <= told <= await _clock(driver), (now, told)
     assert _count(sync_conn, "SELECT count(*) FROM fleetq.jobs WHERE id = $1", job) == 1
     # an age is counted back from the database's clock
     summary = await prune.prune(driver, before=timedelta(days=1))

@@ -284,3 +284,17 @@ def test_a_bulk_submit_never_joins_its_batch_to_itself(db_dsn: str, plans_made: 
     )
     walks = [p for p in key_reads if not probe.search(p) or "Seq Scan on jobs" in p]
     assert not walks, walks
+
+
+def test_the_reaper_finds_expired_leases_by_their_index(db_dsn: str) -> None:
+    """The expiry scan reads the live leases' partial index (state claimed or running),
+    not every job ever run: its state condition is what lets it."""
+    with connect(db_dsn, autocommit=True) as conn:
+        runner = _history(conn)
+        conn.execute(queries.sql("lease_claim"), [runner, "checks", 4, uuid.uuid4()])
+        plans = _explained(conn)
+        conn.execute(b"SELECT * FROM fleetq.reap(1000, clock_timestamp() + interval '1 day')")
+    expiry = [p for p in plans if "j.lease_expires_at < coalesce(p_now" in p]
+    assert expiry, plans
+    assert any("jobs_lease_expiry" in p for p in expiry), expiry
+    assert not any("Seq Scan on jobs" in p for p in expiry), expiry

@@ -129,6 +129,9 @@ async def test_an_attempt_that_is_retried_has_not_ended_its_job(
     await _fail(driver, runner, claim, "exit", 75)
     assert (await readers.job(driver, job)).state == JobState.WAITING
     assert (await readers.job(driver, after.job_id)).state == JobState.WAITING
+    # due after the backoff (10 s, jittered to between half and all of it), from now
+    due_in = await leasing.next_retry_in(driver)
+    assert due_in is not None and 4 < due_in <= 10, due_in
     ended = sync_conn.execute(
         "SELECT (SELECT count(*) FROM fleetq.verdicts WHERE job_id = $1), "
         "(SELECT count(*) FROM fleetq.task_notifications WHERE job_id = $1)",

@@ -134,3 +134,32 @@ async def test_a_runner_name_the_database_would_not_show_is_refused_there(
             name,
         )
     assert sync_conn.execute("SELECT count(*) FROM fleetq.runners").fetchone() == (0,)
+
+
+async def test_a_draining_runner_with_nothing_left_is_drained_by_its_next_beat(
+    driver: Driver, sync_conn: SyncConnection, db_dsn: str
+) -> None:
+    """Only its own jobs keep a draining runner draining: another runner's held job does
+    not, and the moment it is drained is the beat's."""
+    runner = await fleet_api.register(driver, _registration({"checks": 4}))
+    other = await fleet.runner(driver, "r2", node="node-b")
+    for who in (runner, other):
+        await producer.submit(
+            driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
+        )
+        assert len(await leasing.claim(driver, runner=who, lane="checks", limit=1)) == 1
+    await fleet_api.set_state(
+        driver, runner=runner, state=RunnerState.DRAINING, reason="upgrade", actor="ops"
+    )
+    (mine,) = sync_conn.execute(
+        "SELECT id, lease_version FROM fleetq.jobs WHERE lease_owner = $1", [runner]
+    ).fetchall()
+    await leasing.release(driver, runner=runner, job_id=mine[0], token=mine[1], reason="draining")
+    before = _now(sync_conn)
+    await leasing.heartbeat(driver, runner=runner, leases=[])
+    (state, changed) = sync_conn.execute(
+        "SELECT state, state_changed_at FROM fleetq.runners WHERE id = $1", [runner]
+    ).fetchone() or (None, None)
+    assert state == "drained"
+    assert before <= changed <= _now(sync_conn)
+    assert not stamps.future_stamps(db_dsn)
