@@ -61,6 +61,7 @@ TESTS = (
     "tests/integration/test_runner_id.py",
     "tests/integration/test_reaper.py",
     "tests/integration/test_recount.py",
+    "tests/integration/test_lease_edges.py",
     "tests/integration/test_query_plans.py",
     "tests/integration/test_leases.py",
     "tests/integration/test_dependencies.py",

@@ -26,6 +26,7 @@ NOT_STAMPS = frozenset(
         "last_tick",
         "resolving_tick",
         "queue_samples.at",  # the sampler's clock, which a caller may give (p_now)
+        "process_started_at",  # the node's clock, as it reported it: evidence, not a date
     }
 )
 

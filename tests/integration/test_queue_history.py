@@ -123,3 +123,33 @@ def test_samples_older_than_a_week_are_pruned(sync_conn: SyncConnection) -> None
     assert sorted({s[0].date() for s in _samples(sync_conn)}) == sorted(
         {(now - timedelta(days=6)).date(), now.date()}
     )
+
+
+async def test_a_sample_counts_the_claims_of_its_own_minute_by_the_database_s_clock(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """A sample taken in a minute is of the minute that ended: a claim made in that
+    minute is not in it but in the next one; and a sample with no time given is dated by the
+    database's clock, never ahead of it."""
+    fleet.operations(sync_conn)
+    runner = await fleet.runner(driver)
+    await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="a")
+    assert len(await leasing.claim(driver, runner=runner, lane="checks", limit=1)) == 1
+    claimed = (
+        "SELECT coalesce(sum(claimed), 0) FROM fleetq.queue_samples "
+        "WHERE lane = 'checks' AND at = date_trunc('minute', $1::timestamptz)"
+    )
+    (now,) = sync_conn.execute(
+        "SELECT at FROM fleetq.events WHERE kind = 'claimed'"
+    ).fetchone() or (None,)
+    sync_conn.execute("SELECT fleetq.sample_queues($1)", [now])
+    assert sync_conn.execute(claimed, [now]).fetchone() == (0,)
+    later = now + timedelta(minutes=1)
+    sync_conn.execute("SELECT fleetq.sample_queues($1)", [later])
+    assert sync_conn.execute(claimed, [later]).fetchone() == (1,)
+    sync_conn.execute("DELETE FROM fleetq.queue_samples")
+    sync_conn.execute("SELECT fleetq.sample_queues()")
+    (ahead,) = sync_conn.execute(
+        "SELECT bool_or(at > clock_timestamp()) FROM fleetq.queue_samples"
+    ).fetchone() or (None,)
+    assert ahead is False

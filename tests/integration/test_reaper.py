@@ -2,12 +2,13 @@
 the reaper's row (it skips, never waits); it requeues an expired lease, but not one
 renewed while its row was held (a busy renewal), nor one whose row another transaction
 holds (skipped, never waited for); it locks no runner but the expired leases' owners,
-and owes a recount only to an owner whose row it could not lock (mutants reap-*)."""
+and owes a recount only to an owner whose row it could not lock (mutants reap-*). Its
+other duties (aging, retries that fell due) skip held rows the same way."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -16,7 +17,7 @@ from fleetq.core import leasing, producer
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
 from fleetq.core.models import Claim, RunnerId, StartReport
-from tests import fleet
+from tests import factories, fleet
 from tests.fleet import SHA
 
 
@@ -113,3 +114,50 @@ async def test_a_second_pass_skips_while_the_leader_holds_the_row(
             second.rollback()
         leader.rollback()
     assert _states(sync_conn, [job]) == ["running"]
+
+
+def _class(conn: SyncConnection, jobs: list[int]) -> list[int]:
+    rows = conn.execute(
+        "SELECT priority_class FROM fleetq.jobs WHERE id = ANY ($1) ORDER BY id", [jobs]
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def test_a_pass_promotes_and_queues_what_is_due_and_skips_held_rows(
+    sync_conn: SyncConnection, db_dsn: str
+) -> None:
+    """Aging promotes a job queued longer than the setting, by the database's clock, and
+    a retry that fell due is queued; a row another transaction holds is skipped, never
+    waited for (mutants promote-waiting-*, queue-due-retries-*)."""
+    fleet.operations(sync_conn)
+    sync_conn.execute(
+        "UPDATE fleetq.settings SET value = '60' WHERE name = 'aging_promote_after_seconds'"
+    )
+    old, held, young = (
+        factories.job(sync_conn, op=("tools", "lint"), created_at=at)
+        for at in (
+            datetime.now(UTC) - timedelta(seconds=90),
+            datetime.now(UTC) - timedelta(seconds=90),
+            datetime.now(UTC) - timedelta(seconds=10),
+        )
+    )
+    due, due_held = (
+        factories.job(
+            sync_conn,
+            op=("tools", "lint"),
+            state="waiting",
+            attempts=1,
+            retry_at=datetime.now(UTC) - timedelta(seconds=1),
+        )
+        for _ in range(2)
+    )
+    with connect(db_dsn) as holder, connect(db_dsn) as reaper:
+        holder.execute(
+            "SELECT 1 FROM fleetq.jobs WHERE id = ANY ($1) FOR NO KEY UPDATE", [[held, due_held]]
+        )
+        reaper.execute("SET lock_timeout = '5s'")  # a pass that waits fails, not hangs
+        assert _reap(reaper)[2]
+        reaper.commit()
+        holder.rollback()
+    assert _class(sync_conn, [old, held, young]) == [1, 2, 2]
+    assert _states(sync_conn, [due, due_held]) == ["queued", "waiting"]

@@ -6,18 +6,21 @@ when it was heard from)."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from fleetq.core import fleet as fleet_api
 from fleetq.core import leasing, producer, removal
-from fleetq.core.db import SyncConnection
+from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
 from fleetq.core.errors import InvalidInput, RefusedNow
-from fleetq.core.models import Registration, RunnerId, RunnerState
+from fleetq.core.models import Registration, RunnerId, RunnerState, StartReport
 from tests import fleet, stamps
 from tests.fleet import SHA
+from tests.locks import blocked_or_done, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -163,3 +166,91 @@ async def test_a_draining_runner_with_nothing_left_is_drained_by_its_next_beat(
     assert state == "drained"
     assert before <= changed <= _now(sync_conn)
     assert not stamps.future_stamps(db_dsn)
+
+
+async def test_what_a_runner_holds_is_aged_from_its_claim_by_the_database(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """The collection pass on start-up reads how long each held job has been held:
+    seconds since its claim on the database's clock, never a time to come."""
+    runner = await fleet_api.register(driver, _registration({"checks": 4}))
+    await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="a")
+    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
+    rows = sync_conn.execute(
+        "SELECT job_id, held_s FROM fleetq.runner_held($1)", [runner]
+    ).fetchall()
+    assert [r[0] for r in rows] == [claim.job_id]
+    assert 0 <= rows[0][1] < 60, rows
+
+
+async def test_a_runner_s_note_is_bounded(driver: Driver, sync_conn: SyncConnection) -> None:
+    """A runner notes an adoption it refused, with a detail of at most 8192 bytes: a
+    larger one is refused, and nothing is logged."""
+    runner = await fleet_api.register(driver, _registration({"checks": 4}))
+    await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="a")
+    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
+    note = "SELECT fleetq.runner_note('adoption_refused', $1, $2, $3, $4::text::jsonb)"
+    with pytest.raises(InvalidInput, match="at most 8192 bytes"):
+        await driver.fetch(
+            note, claim.job_id, runner, claim.lease_version, '{"why": "' + "x" * 9000 + '"}'
+        )
+    await driver.fetch(note, claim.job_id, runner, claim.lease_version, '{"why": "pid reused"}')
+    kinds = sync_conn.execute(
+        "SELECT count(*) FROM fleetq.events WHERE kind = 'adoption_refused'"
+    ).fetchone()
+    assert kinds == (1,)
+
+
+@pytest.mark.parametrize("skew", [timedelta(days=1), -timedelta(days=1)], ids=["ahead", "behind"])
+async def test_a_launch_is_dated_between_its_claim_and_its_start_report(
+    driver: Driver, sync_conn: SyncConnection, skew: timedelta
+) -> None:
+    """The process start a node reports comes from its own clock (psutil, to the
+    second): the database dates the launch within its claim and its start report, so a
+    node's clock a day off moves no overlap window."""
+    runner = await fleet_api.register(driver, _registration({"checks": 4}))
+    await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="a")
+    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
+    start = StartReport(
+        job_id=claim.job_id,
+        lease_version=claim.lease_version,
+        node="node-a",
+        run_id=uuid.uuid4(),
+        pid=4242,
+        process_started_at=datetime.now(UTC) + skew,
+    )
+    await leasing.report_start(driver, runner=runner, start=start)
+    row = sync_conn.execute(
+        "SELECT j.claimed_at <= e.launched_at AND e.launched_at <= e.start_reported_at "
+        "FROM fleetq.executions e JOIN fleetq.jobs j ON j.id = e.job_id WHERE e.job_id = $1",
+        [claim.job_id],
+    ).fetchone()
+    assert row == (True,)
+
+
+async def test_a_drain_decided_while_a_claim_is_in_flight_waits_for_it(
+    driver: Driver, sync_conn: SyncConnection, db_dsn: str
+) -> None:
+    """A drain asks whether its runner holds anything; a claim of that runner still in
+    flight holds the runner's row, so the drain waits for it and then sees its job:
+    'draining', not 'drained' with a job it will run (mutant: the drain's lock)."""
+    runner = await fleet_api.register(driver, _registration({"checks": 4}))
+    await producer.submit(driver, project="tools", operation="lint", commit=SHA, submitted_by="a")
+    answer: list[str] = []
+    with connect(db_dsn) as claimer, connect(db_dsn, autocommit=True) as operator:
+        claimer.execute("SELECT * FROM fleetq.claim($1, 'checks', 1, gen_random_uuid())", [runner])
+        (pid,) = operator.execute("SELECT pg_backend_pid()").fetchone() or (0,)
+
+        def drain() -> None:
+            row = operator.execute(
+                "SELECT state FROM fleetq.set_runner_state($1, 'draining', 'upgrade', 'ops')",
+                [runner],
+            ).fetchone()
+            answer.append(str(row[0]) if row else "")
+
+        thread = threading.Thread(target=drain)
+        thread.start()
+        wait_for(lambda: blocked_or_done(db_dsn, int(pid), thread), "the drain to wait")
+        claimer.commit()
+        thread.join(timeout=30)
+    assert answer == ["draining"]

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import select
+import threading
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from fleetq.core import producer, queries, roles
-from fleetq.core.db import SyncConnection
+from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import AsyncpgDriver, Driver
 from fleetq.core.errors import IdempotencyConflict, InvalidInput, NotAllowed
 from fleetq.core.models import SubmitResult
@@ -19,6 +20,7 @@ from fleetq.core.producer import JobSpec
 from tests import fleet
 from tests.fleet import OTHER_SHA, SHA
 from tests.integration.conftest import Cli, Login
+from tests.locks import blocked_or_done, wait_for
 
 
 @pytest.fixture
@@ -289,3 +291,42 @@ async def test_two_batches_with_keys_in_common_never_deadlock(
     first, second = await asyncio.gather(submit(keys), submit(keys[::-1]))
     assert sum(a.created for a in first + second) == 3000
     assert {a.job_id for a in first} == {a.job_id for a in second}
+
+
+def _batch(conn: SyncConnection, project: str, operation: str) -> list[int]:
+    rows = conn.execute(
+        "SELECT job_id FROM fleetq.submit_many(ARRAY[$1], ARRAY[$2], ARRAY[$3], "
+        "NULL, NULL, NULL, NULL, NULL, 'a')",
+        [project, operation, SHA],
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def test_a_batch_orders_itself_only_against_the_removal_of_its_own_operations(
+    ops: SyncConnection, db_dsn: str
+) -> None:
+    """A removal in flight holds its operation's row: a batch of another operation goes
+    on at once; a batch of that one waits for it, and is then refused, not written for
+    an operation that no longer exists (mutants of submit_many's lock on its
+    operations)."""
+    outcome: list[BaseException | list[int]] = []
+    with connect(db_dsn) as remover, connect(db_dsn, autocommit=True) as submitter:
+        remover.execute("SELECT * FROM fleetq.retire_operation('tools', 'lint', 'ops')")
+        submitter.execute("SET lock_timeout = '5s'")  # a batch that waits fails, not hangs
+        assert len(_batch(submitter, "webapp", "unit")) == 1
+        (pid,) = submitter.execute("SELECT pg_backend_pid()").fetchone() or (0,)
+
+        def submit() -> None:
+            try:
+                outcome.append(_batch(submitter, "tools", "lint"))
+            except psycopg.Error as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=submit)
+        thread.start()
+        wait_for(lambda: blocked_or_done(db_dsn, int(pid), thread), "the batch to wait")
+        remover.commit()
+        thread.join(timeout=30)
+    assert len(outcome) == 1 and isinstance(outcome[0], psycopg.Error), outcome
+    assert "was removed" in str(outcome[0])
+    assert _count(ops, "jobs") == 1
