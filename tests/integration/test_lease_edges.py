@@ -5,11 +5,12 @@ only; a plain renewal records no busy renewal."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import UTC, datetime
 
 from fleetq.core import leasing, producer
-from fleetq.core.db import SyncConnection
+from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
 from fleetq.core.models import (
     Claim,
@@ -23,6 +24,7 @@ from fleetq.core.models import (
 )
 from tests import fleet
 from tests.fleet import SHA
+from tests.locks import blocked_or_done, wait_for
 
 
 async def _running(driver: Driver, runner: RunnerId, n: int) -> list[Claim]:
@@ -118,3 +120,77 @@ async def test_a_plain_renewal_records_no_busy_renewal(
     beats = await leasing.heartbeat(driver, runner=runner, leases=leases)
     assert [b.status for b in beats] == [WriteStatus.OK, WriteStatus.STALE]
     assert sync_conn.execute("SELECT count(*) FROM fleetq.busy_renewals").fetchone() == (0,)
+
+
+async def test_a_hand_back_racing_a_new_claim_is_stale_and_leaves_the_new_lease(
+    driver: Driver, sync_conn: SyncConnection, db_dsn: str
+) -> None:
+    """A release checks its lease with the job's row locked: racing a reap and a new
+    claim that hold the row, it waits for them, then finds the lease moved on and is
+    answered stale; the new holder's lease stands (mutant: the guard's lock)."""
+    fleet.operations(sync_conn)
+    one = await fleet.runner(driver)
+    other = await fleet.runner(driver, "r2", node="node-b")
+    (claim,) = await _running(driver, one, 1)
+    answer: list[str] = []
+    with connect(db_dsn) as mover, connect(db_dsn, autocommit=True) as releaser:
+        # the lease expires, is reaped and claimed by another, not yet committed
+        mover.execute("SELECT * FROM fleetq.reap(1000, clock_timestamp() + interval '1 day')")
+        mover.execute("SELECT * FROM fleetq.claim($1, 'checks', 1, gen_random_uuid())", [other])
+        (pid,) = releaser.execute("SELECT pg_backend_pid()").fetchone() or (0,)
+
+        def release() -> None:
+            row = releaser.execute(
+                "SELECT fleetq.release($1, $2, $3, 'shutting down', false, NULL)",
+                [one, claim.job_id, claim.lease_version],
+            ).fetchone()
+            answer.append(str(row[0]) if row else "")
+
+        thread = threading.Thread(target=release)
+        thread.start()
+        wait_for(lambda: blocked_or_done(db_dsn, int(pid), thread), "the release to wait")
+        mover.commit()
+        thread.join(timeout=30)
+    assert answer == ["stale"]
+    row = sync_conn.execute(
+        "SELECT state, lease_owner, lease_version FROM fleetq.jobs WHERE id = $1", [claim.job_id]
+    ).fetchone()
+    assert row == ("claimed", other, claim.lease_version + 1)
+
+
+async def test_a_stop_confirmed_twice_at_once_gives_back_its_room_once(
+    driver: Driver, sync_conn: SyncConnection, db_dsn: str
+) -> None:
+    """A confirmation retried while the first is still in flight (its reply was slow)
+    waits for it on the job's row, then finds the room given back already: the runner's
+    other job still holds its slot (mutant: the confirmation's lock)."""
+    fleet.operations(sync_conn)
+    runner = await fleet.runner(driver)
+    keeps, stopped = await _running(driver, runner, 2)
+    await producer.cancel(driver, job_id=stopped.job_id, actor="ops", reason="enough")
+    confirm = "SELECT fleetq.confirm_stop($1, $2, $3, 15, 'cancelled', NULL)"
+    args = [runner, stopped.job_id, stopped.lease_version]
+    done: list[BaseException | None] = []
+    with connect(db_dsn) as first, connect(db_dsn, autocommit=True) as retry:
+        first.execute(confirm, args)
+        (pid,) = retry.execute("SELECT pg_backend_pid()").fetchone() or (0,)
+
+        def again() -> None:
+            try:
+                retry.execute(confirm, args)
+                done.append(None)
+            except Exception as exc:  # reported below, in the test's own thread
+                done.append(exc)
+
+        thread = threading.Thread(target=again)
+        thread.start()
+        wait_for(lambda: blocked_or_done(db_dsn, int(pid), thread), "the retry to wait")
+        first.commit()
+        thread.join(timeout=30)
+    assert done == [None]
+    used = sync_conn.execute(
+        "SELECT slots_used FROM fleetq.runner_lanes WHERE runner_id = $1 AND lane = 'checks'",
+        [runner],
+    ).fetchone()
+    assert used == (1,)
+    assert keeps.job_id

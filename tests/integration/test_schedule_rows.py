@@ -88,3 +88,25 @@ def test_a_write_to_one_schedule_leaves_another_as_it_was(
     assert _rows(sync_conn, "nightly") != mine, "the act changed nothing: it proves nothing"
     assert not stamps.future_stamps(db_dsn), f"{stamps.FAILURE} by {act}"
     assert _rows(sync_conn, "hourly") == other
+
+
+def test_a_tick_already_recorded_is_never_fired_again(sync_conn: SyncConnection) -> None:
+    """The schedule's row lock and last tick keep a tick from firing twice; its recorded
+    tick is the last word: a tick found recorded (however last_tick came to lag it) is
+    answered not fired, and no second job is made."""
+    fleet.operations(sync_conn)
+    sync_conn.execute(
+        "INSERT INTO fleetq.schedules (name, cron, project, operation, commit_sha) "
+        "VALUES ('nightly', '0 3 * * *', 'tools', 'lint', $1)",
+        [SHA],
+    )
+    tick = "clock_timestamp() + interval '1 day'"
+    (at,) = sync_conn.execute(f"SELECT date_trunc('second', {tick})").fetchone() or (None,)
+    sync_conn.execute(
+        "INSERT INTO fleetq.schedule_ticks (schedule, tick) VALUES ('nightly', $1)", [at]
+    )
+    row = sync_conn.execute(
+        "SELECT job_id, fired FROM fleetq.fire_schedule('nightly', $1, $2)", [at, SHA]
+    ).fetchone()
+    assert row == (None, False)
+    assert sync_conn.execute("SELECT count(*) FROM fleetq.jobs").fetchone() == (0,)
