@@ -106,6 +106,8 @@ def _judge(
             return verdict(False, f"not judged: migrate failed: {exc}"[:300])
         for group in job["groups"]:
             chosen = [i for i in session.items if selected(i.nodeid, list(group))]
+            if not chosen:  # a `first` naming no test would run every protocol test instead
+                return verdict(False, f"not judged: no test is {', '.join(group)}")
             for index, item in enumerate(chosen):
                 if "budget_s" in job and time.monotonic() - start > float(job["budget_s"]):
                     session._setupstate.teardown_exact(session)  # type: ignore[arg-type]
