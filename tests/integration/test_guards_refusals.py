@@ -124,6 +124,26 @@ def test_a_cancel_of_an_ended_job_changes_nothing(
     assert row == ("succeeded", "passed")
 
 
+async def test_a_runner_with_every_slot_busy_is_not_eligible(
+    driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """Slots alone: memory and CPU to spare, but the lane's one slot is taken."""
+    fleet.operations(sync_conn)
+    runner = await fleet.runner(driver, lanes={"checks": 1, "control": 1})
+    jobs = []
+    for _ in range(2):
+        row = sync_conn.execute(
+            b"SELECT job_id FROM fleetq.submit('tools', 'lint', $1, NULL, NULL, NULL, 'alice', "
+            b"'{}', NULL, NULL)",
+            [SHA],
+        ).fetchone()
+        assert row is not None
+        jobs.append(JobId(int(row[0])))
+    assert len(await leasing.claim(driver, runner=runner, lane="checks", limit=5)) == 1
+    (verdict,) = (await eligibility.explain(driver, jobs[1])).runners
+    assert verdict.reason == "slots"
+
+
 async def test_a_job_needing_more_memory_than_is_free_is_not_eligible(
     driver: Driver, sync_conn: SyncConnection
 ) -> None:

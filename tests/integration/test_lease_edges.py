@@ -194,3 +194,22 @@ async def test_a_stop_confirmed_twice_at_once_gives_back_its_room_once(
     ).fetchone()
     assert used == (1,)
     assert keeps.job_id
+
+
+async def test_a_renewal_answers_busy_for_a_held_row_without_waiting(
+    driver: Driver, sync_conn: SyncConnection, db_dsn: str
+) -> None:
+    """A renewal never waits on a row a handler's transaction holds: under a 2 s lock
+    timeout it answers at once, busy for that job and ok for the other."""
+    fleet.operations(sync_conn)
+    runner = await fleet.runner(driver)
+    held, other = await _running(driver, runner, 2)
+    with connect(db_dsn) as holder, connect(db_dsn, autocommit=True) as beat:
+        holder.execute("SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [held.job_id])
+        beat.execute("SET lock_timeout = '2s'")
+        rows = beat.execute(
+            "SELECT job_id, status FROM fleetq.heartbeat($1, $2, $3) ORDER BY job_id",
+            [runner, [held.job_id, other.job_id], [held.lease_version, other.lease_version]],
+        ).fetchall()
+        holder.rollback()
+    assert rows == [(held.job_id, "busy"), (other.job_id, "ok")]
