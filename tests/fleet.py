@@ -3,13 +3,15 @@ the same calls production uses (runners register through `fleet.register`)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
-from fleetq.core import fleet
+from fleetq.core import fleet, leasing, producer
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
-from fleetq.core.models import Registration, RunnerId
+from fleetq.core.models import Claim, Registration, RunnerId, StartReport
 from tests import factories
 
 SHA = factories.SHA
@@ -67,3 +69,32 @@ async def runner(
             lanes=lanes or {"checks": 4, "control": 1},
         ),
     )
+
+
+def start_report(claim: Claim, node: str = "node-a") -> StartReport:
+    """What a runner reports once it launched `claim`'s process (a made-up pid)."""
+    return StartReport(
+        job_id=claim.job_id,
+        lease_version=claim.lease_version,
+        node=node,
+        run_id=uuid.uuid4(),
+        pid=4242,
+        process_started_at=datetime.now(UTC),
+    )
+
+
+async def running(
+    driver: Driver, runner: RunnerId, n: int = 1, *, started: bool = True
+) -> list[Claim]:
+    """`n` tools/lint jobs submitted and claimed by `runner` (from the checks lane), each
+    reported started unless `started` is false."""
+    for _ in range(n):
+        await producer.submit(
+            driver, project="tools", operation="lint", commit=SHA, submitted_by="alice"
+        )
+    claims = await leasing.claim(driver, runner=runner, lane="checks", limit=n)
+    assert len(claims) == n, claims
+    if started:
+        for claim in claims:
+            await leasing.report_start(driver, runner=runner, start=start_report(claim))
+    return claims

@@ -10,10 +10,9 @@ before a later write could cover it."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -29,7 +28,6 @@ from fleetq.core.models import (
     Registration,
     RunnerId,
     RunnerState,
-    StartReport,
 )
 from tests import fleet, stamps
 from tests.fleet import SHA
@@ -48,32 +46,11 @@ class Holding:
 Act = Callable[[Driver, SyncConnection, Holding], Awaitable[Any]]
 
 
-def _start(claim: Claim) -> StartReport:
-    return StartReport(
-        job_id=claim.job_id,
-        lease_version=claim.lease_version,
-        node="node-a",
-        run_id=uuid.uuid4(),
-        pid=4242,
-        process_started_at=datetime.now(UTC),
-    )
-
-
-async def _claim(driver: Driver, runner: RunnerId) -> Claim:
-    await producer.submit(
-        driver, project="tools", operation="lint", commit=SHA, submitted_by="alice"
-    )
-    (claim,) = await leasing.claim(driver, runner=runner, lane="checks", limit=1)
-    return claim
-
-
 async def _holding(driver: Driver, name: str, node: str) -> Holding:
     runner = await fleet.runner(driver, name, node=node)
-    running = await _claim(driver, runner)
-    await leasing.report_start(driver, runner=runner, start=_start(running))
-    claimed = await _claim(driver, runner)
-    stopping = await _claim(driver, runner)
-    await leasing.report_start(driver, runner=runner, start=_start(stopping))
+    (running,) = await fleet.running(driver, runner)
+    (claimed,) = await fleet.running(driver, runner, started=False)
+    (stopping,) = await fleet.running(driver, runner)
     await producer.cancel(driver, job_id=stopping.job_id, actor="alice", reason="enough")
     return Holding(runner, running, claimed, stopping)
 
@@ -104,16 +81,13 @@ def _outcome(claim: Claim) -> OutcomeReport:
     )
 
 
-async def _pause(driver: Driver, conn: SyncConnection, h: Holding) -> Any:
-    return await fleet_api.set_state(
-        driver, runner=h.runner, state=RunnerState.PAUSED, reason="look", actor="ops"
-    )
+def _set(state: RunnerState) -> Act:
+    async def act(driver: Driver, conn: SyncConnection, h: Holding) -> Any:
+        return await fleet_api.set_state(
+            driver, runner=h.runner, state=state, reason="look", actor="ops"
+        )
 
-
-async def _drain(driver: Driver, conn: SyncConnection, h: Holding) -> Any:
-    return await fleet_api.set_state(
-        driver, runner=h.runner, state=RunnerState.DRAINING, reason="look", actor="ops"
-    )
+    return act
 
 
 async def _register_again(driver: Driver, conn: SyncConnection, h: Holding) -> Any:
@@ -136,7 +110,7 @@ async def _renew(driver: Driver, conn: SyncConnection, h: Holding) -> Any:
 
 
 async def _start_claimed(driver: Driver, conn: SyncConnection, h: Holding) -> Any:
-    return await leasing.report_start(driver, runner=h.runner, start=_start(h.claimed))
+    return await leasing.report_start(driver, runner=h.runner, start=fleet.start_report(h.claimed))
 
 
 async def _complete(driver: Driver, conn: SyncConnection, h: Holding) -> Any:
@@ -234,8 +208,8 @@ async def _confirm_stop_seen_ended(driver: Driver, conn: SyncConnection, h: Hold
 
 
 ACTS: dict[str, Act] = {
-    "pause": _pause,
-    "drain": _drain,
+    "pause": _set(RunnerState.PAUSED),
+    "drain": _set(RunnerState.DRAINING),
     "register again": _register_again,
     "renew": _renew,
     "start": _start_claimed,

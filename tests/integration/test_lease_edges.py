@@ -6,8 +6,6 @@ only; a plain renewal records no busy renewal."""
 from __future__ import annotations
 
 import threading
-import uuid
-from datetime import UTC, datetime
 
 from fleetq.core import leasing, producer
 from fleetq.core.db import SyncConnection, connect
@@ -18,32 +16,10 @@ from fleetq.core.models import (
     JobId,
     Outcome,
     OutcomeReport,
-    RunnerId,
-    StartReport,
     WriteStatus,
 )
 from tests import fleet
-from tests.fleet import SHA
 from tests.locks import blocked_or_done, wait_for
-
-
-async def _running(driver: Driver, runner: RunnerId, n: int) -> list[Claim]:
-    for _ in range(n):
-        await producer.submit(
-            driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
-        )
-    claims = await leasing.claim(driver, runner=runner, lane="checks", limit=n)
-    for c in claims:
-        start = StartReport(
-            job_id=c.job_id,
-            lease_version=c.lease_version,
-            node="node-a",
-            run_id=uuid.uuid4(),
-            pid=4242,
-            process_started_at=datetime.now(UTC),
-        )
-        await leasing.report_start(driver, runner=runner, start=start)
-    return claims
 
 
 def _done(claim: Claim) -> OutcomeReport:
@@ -60,7 +36,7 @@ async def test_a_retried_outcome_keeps_the_end_its_run_was_given(
 ) -> None:
     fleet.operations(sync_conn)
     runner = await fleet.runner(driver)
-    (claim,) = await _running(driver, runner, 1)
+    (claim,) = await fleet.running(driver, runner, 1)
     assert await leasing.complete(driver, runner=runner, outcome=_done(claim)) == WriteStatus.OK
     end = "SELECT ended_at FROM fleetq.executions WHERE job_id = $1"
     first = sync_conn.execute(end, [claim.job_id]).fetchone()
@@ -74,7 +50,7 @@ async def test_a_confirmed_stop_gives_back_its_own_job_s_room(
 ) -> None:
     fleet.operations(sync_conn)
     runner = await fleet.runner(driver)
-    keeps, stopped = await _running(driver, runner, 2)
+    keeps, stopped = await fleet.running(driver, runner, 2)
     await producer.cancel(driver, job_id=stopped.job_id, actor="ops", reason="enough")
     await leasing.confirm_stop(
         driver,
@@ -101,7 +77,7 @@ async def test_a_handler_locks_its_job_under_its_own_token_only(
 ) -> None:
     fleet.operations(sync_conn)
     runner = await fleet.runner(driver)
-    (claim,) = await _running(driver, runner, 1)
+    (claim,) = await fleet.running(driver, runner, 1)
     lock = "SELECT fleetq.lock_for_handler($1, $2, $3)"
     for token in (claim.lease_version - 1, claim.lease_version + 1):
         assert sync_conn.execute(lock, [claim.job_id, runner, token]).fetchone() == (None,)
@@ -114,7 +90,7 @@ async def test_a_plain_renewal_records_no_busy_renewal(
 ) -> None:
     fleet.operations(sync_conn)
     runner = await fleet.runner(driver)
-    (claim,) = await _running(driver, runner, 1)
+    (claim,) = await fleet.running(driver, runner, 1)
     unknown = (JobId(claim.job_id + 100), FencingToken(1))
     leases = [(claim.job_id, claim.lease_version), unknown]
     beats = await leasing.heartbeat(driver, runner=runner, leases=leases)
@@ -131,7 +107,7 @@ async def test_a_hand_back_racing_a_new_claim_is_stale_and_leaves_the_new_lease(
     fleet.operations(sync_conn)
     one = await fleet.runner(driver)
     other = await fleet.runner(driver, "r2", node="node-b")
-    (claim,) = await _running(driver, one, 1)
+    (claim,) = await fleet.running(driver, one, 1)
     answer: list[str] = []
     with connect(db_dsn) as mover, connect(db_dsn, autocommit=True) as releaser:
         # the lease expires, is reaped and claimed by another, not yet committed
@@ -166,7 +142,7 @@ async def test_a_stop_confirmed_twice_at_once_gives_back_its_room_once(
     other job still holds its slot (mutant: the confirmation's lock)."""
     fleet.operations(sync_conn)
     runner = await fleet.runner(driver)
-    keeps, stopped = await _running(driver, runner, 2)
+    keeps, stopped = await fleet.running(driver, runner, 2)
     await producer.cancel(driver, job_id=stopped.job_id, actor="ops", reason="enough")
     confirm = "SELECT fleetq.confirm_stop($1, $2, $3, 15, 'cancelled', NULL)"
     args = [runner, stopped.job_id, stopped.lease_version]
@@ -203,7 +179,7 @@ async def test_a_renewal_answers_busy_for_a_held_row_without_waiting(
     timeout it answers at once, busy for that job and ok for the other."""
     fleet.operations(sync_conn)
     runner = await fleet.runner(driver)
-    held, other = await _running(driver, runner, 2)
+    held, other = await fleet.running(driver, runner, 2)
     with connect(db_dsn) as holder, connect(db_dsn, autocommit=True) as beat:
         holder.execute("SELECT 1 FROM fleetq.jobs WHERE id = $1 FOR UPDATE", [held.job_id])
         beat.execute("SET lock_timeout = '2s'")

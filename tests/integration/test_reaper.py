@@ -7,37 +7,14 @@ other duties (aging, retries that fell due) skip held rows the same way."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 
-from fleetq.core import leasing, producer
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import Driver
-from fleetq.core.models import Claim, RunnerId, StartReport
 from tests import factories, fleet
-from tests.fleet import SHA
-
-
-async def _running(driver: Driver, runner: RunnerId, n: int) -> list[Claim]:
-    for _ in range(n):
-        await producer.submit(
-            driver, project="tools", operation="lint", commit=SHA, submitted_by="a"
-        )
-    claims = await leasing.claim(driver, runner=runner, lane="checks", limit=n)
-    for c in claims:
-        start = StartReport(
-            job_id=c.job_id,
-            lease_version=c.lease_version,
-            node="node-a",
-            run_id=uuid.uuid4(),
-            pid=4242,
-            process_started_at=datetime.now(UTC),
-        )
-        await leasing.report_start(driver, runner=runner, start=start)
-    return claims
 
 
 def _states(conn: SyncConnection, jobs: list[int]) -> list[str]:
@@ -59,8 +36,8 @@ async def test_a_pass_takes_only_the_expired_leases_it_may(
     fleet.operations(sync_conn)
     one = await fleet.runner(driver, "r1")
     other = await fleet.runner(driver, "r2", node="node-b")
-    busy, expired, held = (c.job_id for c in await _running(driver, one, 3))
-    (alive,) = (c.job_id for c in await _running(driver, other, 1))
+    busy, expired, held = (c.job_id for c in await fleet.running(driver, one, 3))
+    (alive,) = (c.job_id for c in await fleet.running(driver, other, 1))
     sync_conn.execute(
         "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 second' "
         "WHERE id = ANY ($1)",
@@ -96,7 +73,7 @@ async def test_a_second_pass_skips_while_the_leader_holds_the_row(
 ) -> None:
     fleet.operations(sync_conn)
     one = await fleet.runner(driver, "r1")
-    (job,) = (c.job_id for c in await _running(driver, one, 1))
+    (job,) = (c.job_id for c in await fleet.running(driver, one, 1))
     assert _reap(sync_conn)[2]  # a pass that led (and dated the reaper's row)
     sync_conn.execute(
         "UPDATE fleetq.jobs SET lease_expires_at = clock_timestamp() - interval '1 second' "
