@@ -8,16 +8,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container, Mapping
+from dataclasses import dataclass
 
 import asyncpg
 
 from fleetq.core import leasing
-from fleetq.core.driver import ServerGuard, connect_each_host, mapped_errors, server_guard
-from fleetq.core.models import JobId
+from fleetq.core.driver import (
+    AsyncpgDriver,
+    ServerGuard,
+    connect_each_host,
+    mapped_errors,
+    server_guard,
+)
+from fleetq.core.models import JobId, RunnerId
 from fleetq.runner import identity, loops
-from fleetq.runner.base import RunnerBase, log
+from fleetq.runner.background import Background
+from fleetq.runner.config import RunnerConfig
+from fleetq.runner.sessions import Session
+
+log = logging.getLogger("fleetq.runner.service")
 
 PING_S = 10.0
 # A job announced to another runner is looked for this long after (once per lane, however
@@ -32,33 +44,67 @@ LISTEN_KEEPALIVES = {
 }
 
 
-class Control(RunnerBase):
+@dataclass(frozen=True)
+class ControlHooks:
+    """What the LISTEN connection's notices ask of the rest of the runner."""
+
+    running_in: Callable[[str], int]  # this runner's executions in a lane
+    holds: Container[JobId]  # jobs running here
+    stop_lost: Callable[[list[JobId]], Awaitable[None]]  # re-read these leases, stop the lost
+    reread_config: Callable[[], Awaitable[None]]  # `fleetq apply` changed the fleet
+    follow_state: Callable[[], Awaitable[None]]  # an operator changed this runner's row
+    displaced: Callable[[], None]  # another process took this runner id over
+
+
+class Control:
     """The LISTEN connection and the runner-id lock."""
 
-    async def _connect_listener(self) -> asyncpg.Connection:
+    def __init__(
+        self,
+        *,
+        session: Session,
+        config: RunnerConfig,
+        runner: RunnerId,
+        driver: AsyncpgDriver,
+        wakes: Mapping[str, asyncio.Event],
+        done: asyncio.Event,
+        background: Background,
+        hooks: ControlHooks,
+    ) -> None:
+        self.session, self.config, self.runner, self.driver = session, config, runner, driver
+        self.wakes, self.done, self.background, self.hooks = wakes, done, background, hooks
+        # per lane, the pending look for a job announced to another runner
+        self._lookouts: dict[str, asyncio.TimerHandle] = {}
+        self._jobs_to_check: set[JobId] = set()  # named by `job:N` hints, not yet re-read
+
+    async def connect_listener(self) -> asyncpg.Connection:
         """The dedicated LISTEN connection, holding the lock on this runner's id."""
-        name = identity.application_name(self._token)
+        name = identity.application_name(self.session.token)
         # Keepalives: if this node dies, the server ends the session (and frees the
         # runner id) within about half a minute, not the kernel's two hours.
-        settings = {**self.session_settings, **LISTEN_KEEPALIVES, "application_name": name}
+        settings = {**self.session.settings, **LISTEN_KEEPALIVES, "application_name": name}
         with mapped_errors():
             conn = await connect_each_host(
-                self.dsn,
+                self.session.dsn,
                 timeout=10,
-                server_settings={k: v for k, v in settings.items() if k not in self.dsn_names},
+                server_settings={
+                    k: v for k, v in settings.items() if k not in self.session.dsn_names
+                },
             )
         try:
             with mapped_errors():
                 await identity.take(conn, self.runner, name)
                 await identity.end_predecessors(
-                    conn, self.runner, identity.pool_application_name(self.runner, self._token)
+                    conn,
+                    self.runner,
+                    identity.pool_application_name(self.runner, self.session.token),
                 )
         except BaseException:
             await close_quietly(conn)
             raise
         return conn
 
-    async def _listen(self, first: asyncpg.Connection) -> None:
+    async def listen(self, first: asyncpg.Connection) -> None:
         """The dedicated LISTEN connection (never pooled: a pool runs UNLISTEN * on
         release), re-established after a drop, with the runner id's lock taken again;
         after each (re)connect every lane polls once, so a notification missed meanwhile
@@ -69,12 +115,10 @@ class Control(RunnerBase):
         while not self.done.is_set():
             if conn is None:
                 try:
-                    conn = await self._connect_listener()
+                    conn = await self.connect_listener()
                 except identity.RunnerIdInUse as exc:
                     log.critical("%s; shutting down (this process no longer owns it)", exc)
-                    self.exit_code = 1
-                    self.displaced = True
-                    self.request_shutdown()
+                    self.hooks.displaced()
                     return
                 except Exception as exc:
                     if (error := loops.environmental(exc)) is None:
@@ -91,9 +135,9 @@ class Control(RunnerBase):
                 if connects:
                     log.info("LISTEN connection re-established; polling once")
                     # a configuration change announced meanwhile went unheard
-                    self._coalesced("config", self._reread_config)
+                    self.background.coalesced("config", self.hooks.reread_config)
                 connects += 1
-                self._wake_all()
+                self._wake_lanes()
                 await self._watch(conn, lost)
             except Exception as exc:
                 if (error := loops.environmental(exc)) is None:
@@ -108,7 +152,7 @@ class Control(RunnerBase):
                 await backoff.sleep(self.done)  # gone at once: do not reconnect in a spin
 
     async def _watch(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
-        guard = server_guard(self.dsn)
+        guard = server_guard(self.session.dsn)
         while not self.done.is_set() and not lost.is_set():
             stop = asyncio.ensure_future(self.done.wait())
             gone = asyncio.ensure_future(lost.wait())
@@ -118,14 +162,14 @@ class Control(RunnerBase):
             if not self.done.is_set() and not lost.is_set():
                 await _probe(conn, guard)
 
-    async def _session_lives(self, conn: asyncpg.Connection) -> bool:
+    async def session_lives(self, conn: asyncpg.Connection) -> bool:
         """Whether a LISTEN connection kept from an earlier attempt still holds the runner
         id's lock (start-up's reuse): a session the server ended (its keepalives, after a
         partition) still looks open here until something is sent."""
         if conn.is_closed():
             return False
         try:
-            await _probe(conn, server_guard(self.dsn))
+            await _probe(conn, server_guard(self.session.dsn))
         except Exception as exc:
             if loops.environmental(exc) is None:
                 raise
@@ -144,9 +188,9 @@ class Control(RunnerBase):
             return
         if not chosen or chosen == self.runner:
             wake.set()
-            if chosen and self._running_in(lane) >= self.config.lanes[lane]:
+            if chosen and self.hooks.running_in(lane) >= self.config.lanes[lane]:
                 announce = functools.partial(leasing.announce_lane, self.driver, lane)
-                self._coalesced(f"announce {lane}", announce)
+                self.background.coalesced(f"announce {lane}", announce)
         elif lane not in self._lookouts:
             self._lookouts[lane] = asyncio.get_running_loop().call_later(
                 min(self.config.poll_interval_s, LOOKOUT_S), self._look, lane
@@ -156,13 +200,6 @@ class Control(RunnerBase):
         self._lookouts.pop(lane, None)
         self.wakes[lane].set()
 
-    @property
-    def _lookouts(self) -> dict[str, asyncio.TimerHandle]:
-        """Per lane, the pending look for a job announced to another runner."""
-        if not hasattr(self, "_pending_looks"):
-            self._pending_looks: dict[str, asyncio.TimerHandle] = {}
-        return self._pending_looks
-
     def _on_control(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         """`runner:ID`, `job:N` and `config` are hints that any login can send (NOTIFY
         takes no privilege): each only makes this runner re-read the database, its state,
@@ -171,54 +208,21 @@ class Control(RunnerBase):
         cancelled. A burst costs one read at a time, not one per notice."""
         kind, _, ident = str(payload).partition(":")
         if kind == "config" and not ident:
-            self._coalesced("config", self._reread_config)
+            self.background.coalesced("config", self.hooks.reread_config)
         elif kind == "runner" and ident == self.runner:
-            self._coalesced("state", self._follow_state)
-        elif kind == "job" and (job := job_named(ident)) is not None and job in self.executions:
+            self.background.coalesced("state", self.hooks.follow_state)
+        elif kind == "job" and (job := job_named(ident)) is not None and job in self.hooks.holds:
             self._jobs_to_check.add(job)
-            self._coalesced("jobs", self._check_jobs)
+            self.background.coalesced("jobs", self._check_jobs)
+
+    def _wake_lanes(self) -> None:
+        for wake in self.wakes.values():
+            wake.set()
 
     async def _check_jobs(self) -> None:
         jobs, self._jobs_to_check = sorted(self._jobs_to_check), set()
         if jobs:
-            await self._stop_lost(jobs)
-
-    def _coalesced(self, key: str, action: Callable[[], Awaitable[None]]) -> None:
-        """Run `action` now, or, if it is running, once more after it (what it read may
-        predate the news): never two at once, however many notifications ask."""
-        if key in self._in_flight:
-            self._in_flight[key] = True
-            return
-        self._in_flight[key] = False
-        self._spawn(self._run_coalesced(key, action))
-
-    async def _run_coalesced(self, key: str, action: Callable[[], Awaitable[None]]) -> None:
-        try:
-            again = True
-            while again:
-                self._in_flight[key] = False
-                await action()
-                again = self._in_flight[key]
-        finally:
-            del self._in_flight[key]
-
-    @property
-    def _in_flight(self) -> dict[str, bool]:
-        """Per coalesced action running now, whether it was asked for again meanwhile."""
-        if not hasattr(self, "_coalescing"):
-            self._coalescing: dict[str, bool] = {}
-        return self._coalescing
-
-    @property
-    def _jobs_to_check(self) -> set[JobId]:
-        """Jobs named by `job:N` hints and not yet re-read."""
-        if not hasattr(self, "_hinted_jobs"):
-            self._hinted_jobs: set[JobId] = set()
-        return self._hinted_jobs
-
-    @_jobs_to_check.setter
-    def _jobs_to_check(self, jobs: set[JobId]) -> None:
-        self._hinted_jobs = jobs
+            await self.hooks.stop_lost(jobs)
 
 
 def _set_event(event: asyncio.Event, _conn: object) -> None:

@@ -224,3 +224,15 @@ def _first_unreachable(path: Path, uid: int, gid: int) -> Path:
         if not allowed:
             return directory
     return path
+
+
+def warn_shared_uid() -> None:
+    """Without job users, command jobs run as the runner's own uid: say what that lets
+    them read (root: everything)."""
+    who = "root" if os.geteuid() == 0 else f"this runner's own uid ({os.geteuid()})"
+    log.warning(
+        "command jobs run as %s and can read what the runner reads, its credentials "
+        "included (a passfile named in its DSN); to keep them out, run it as root with "
+        "--job-uid-range",
+        who,
+    )

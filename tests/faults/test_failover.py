@@ -267,7 +267,7 @@ def test_a_synchronous_standby_takes_over_and_nothing_acknowledged_is_lost(
         # report was lost has no execution row to carry it): `self_fenced`, or
         # `superseded` when the job had moved on first (its lease expired on the new
         # primary and a runner, maybe the same one, claimed it again before the fenced
-        # runner reported: the later truth wins, see RunnerService._confirm).
+        # runner reported: the later truth wins, see Leases.confirm).
         fences = _fences(tmp_path)
         stops_sql = (
             "SELECT job_id, lease_version, detail->>'reason' FROM fleetq.events "

@@ -6,9 +6,7 @@ stops its run and records nothing. Before, its stop's record unpacked an empty a
 from __future__ import annotations
 
 from fleetq.core.driver import AsyncpgDriver, Driver
-from fleetq.runner.config import RunnerConfig
-from fleetq.runner.service import RunnerService
-from tests.unit.test_self_fence_rule import _execution
+from tests.unit.test_self_fence_rule import _execution, leases
 
 GONE = 424242  # no such job
 
@@ -17,12 +15,9 @@ async def test_a_job_that_is_gone_is_stopped_and_its_stop_recorded_nowhere(
     driver: Driver,
 ) -> None:
     assert isinstance(driver, AsyncpgDriver)
-    service = RunnerService(RunnerConfig(node="n", lanes={"checks": 1}))
-    service.driver = driver
-    service.runner = "n/r"  # type: ignore[assignment]
     ex = _execution(GONE, renewed_s_ago=0)
-    service.executions = {ex.claim.job_id: ex}
-    await service._stop_lost([ex.claim.job_id])
+    kept = leases([ex], 30, driver)
+    await kept.stop_lost([ex.claim.job_id])
     assert ex.stop_reason == "superseded" and ex.stop.is_set()
     for reason in ("superseded", "self_fenced"):
-        await service._confirm(ex, reason)  # returns: nothing to record, nothing raised
+        await kept.confirm(ex, reason)  # returns: nothing to record, nothing raised

@@ -4,12 +4,13 @@ finished run was recorded as fenced, and could have been handed back and run aga
 
 from __future__ import annotations
 
+import asyncio
 import time
 from types import SimpleNamespace
 
-from fleetq.runner.config import RunnerConfig
+from fleetq.core.models import JobId
 from fleetq.runner.execution import Execution
-from fleetq.runner.service import RunnerService
+from fleetq.runner.leases import LeaseHooks, Leases
 from tests.unit.test_job_env import _claim
 
 
@@ -21,52 +22,55 @@ def _execution(job: int, *, renewed_s_ago: float) -> Execution:
     )
 
 
-async def test_a_run_that_ended_is_not_fenced_while_its_outcome_waits() -> None:
-    service = RunnerService(RunnerConfig(node="n", lanes={"checks": 2}))
-    service.lease_seconds = 10
-    # the log line of a fence names the pool's use: counters only, no database here
-    service.kit = SimpleNamespace(  # type: ignore[assignment]
-        pool=SimpleNamespace(get_size=lambda: 1, get_idle_size=lambda: 1, get_max_size=lambda: 6)
+def leases(executions: list[Execution], lease_s: int, driver: object = None) -> Leases:
+    """A runner's `Leases` over these executions, the settings at `lease_s`."""
+
+    async def nothing() -> None:
+        return None
+
+    kept = Leases(
+        driver=driver,  # type: ignore[arg-type]
+        runner="n/r",  # type: ignore[arg-type]
+        # the log line of a fence names the pool's use: counters only, no database here
+        pool=SimpleNamespace(  # type: ignore[arg-type]
+            get_size=lambda: 1, get_idle_size=lambda: 1, get_max_size=lambda: 6
+        ),
+        executions={JobId(ex.claim.job_id): ex for ex in executions},
+        superseded=list,
+        done=asyncio.Event(),
+        hooks=LeaseHooks(wake_lanes=lambda: None, follow_state=nothing, reread_config=lambda: None),
     )
+    kept.lease_seconds = kept.offline_after_seconds = lease_s
+    return kept
+
+
+async def test_a_run_that_ended_is_not_fenced_while_its_outcome_waits() -> None:
     running, ended = _execution(1, renewed_s_ago=60), _execution(2, renewed_s_ago=60)
     ended.ended_monotonic = time.monotonic() - 30  # exited; its outcome write is retried
-    service.executions = {running.claim.job_id: running, ended.claim.job_id: ended}
-    await service._self_fence_once()
+    await leases([running, ended], 10).self_fence_once()
     assert running.stop_reason == "self_fenced" and running.stop.is_set()
     assert ended.stop_reason is None and not ended.stop.is_set()
-
-
-def _service(lease_s: int) -> RunnerService:
-    service = RunnerService(RunnerConfig(node="n", lanes={"checks": 2}))
-    service.lease_seconds = service.offline_after_seconds = lease_s
-    service.kit = SimpleNamespace(  # type: ignore[assignment]
-        pool=SimpleNamespace(get_size=lambda: 1, get_idle_size=lambda: 1, get_max_size=lambda: 6)
-    )
-    return service
 
 
 async def test_a_lease_granted_shorter_than_the_setting_is_fenced_by_its_own_length() -> None:
     """Issue 42: the settings say 30 s, but the database granted this lease 5 s (the
     setting was lowered since the runner read it): the self-fence counts 5 s."""
-    service = _service(30)
     short = _execution(1, renewed_s_ago=4.5)
     short.lease_s = 5.0
     long = _execution(2, renewed_s_ago=4.5)  # no answer yet: the setting stands
-    service.executions = {short.claim.job_id: short, long.claim.job_id: long}
-    await service._self_fence_once()
+    await leases([short, long], 30).self_fence_once()
     assert short.stop_reason == "self_fenced"
     assert long.stop_reason is None
 
 
 def test_renewal_is_due_at_a_third_of_each_lease_s_own_length() -> None:
-    service = _service(30)
     now = time.monotonic()
-    assert service._renew_by(now) == now + 10  # nothing held: the runner's beat
+    assert leases([], 30).renew_by(now) == now + 10  # nothing held: the runner's beat
     ex = _execution(1, renewed_s_ago=0)
     ex.renewed_at, ex.lease_s = now, 6.0
-    service.executions = {ex.claim.job_id: ex}
-    assert service._renew_by(now) == now + 2  # its own third, not the setting's
+    kept = leases([ex], 30)
+    assert kept.renew_by(now) == now + 2  # its own third, not the setting's
     ex.lease_s = 0.0  # a retried claim answered with nothing left: at once, within limits
-    assert service._renew_by(now) == now + 0.2
+    assert kept.renew_by(now) == now + 0.2
     ex.lease_s = 300.0  # a longer lease is renewed at the runner's beat anyway
-    assert service._renew_by(now) == now + 10
+    assert kept.renew_by(now) == now + 10

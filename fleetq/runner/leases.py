@@ -1,64 +1,116 @@
-"""Keeping leases: renewal (each lease by its own length, as the database answered it),
-the self-fence, stopping what this runner no longer holds, confirming stops, the periodic
-collection pass, the reaper pass, the schedules of its lanes, and following the runner's
-own row (pause, drain). The self-fence rule itself is in `fencing`."""
+"""Keeping this runner's leases: renewal (each lease by its own length, as the database
+answered it), the self-fence, stopping what this runner no longer holds, confirming
+stops, the periodic collection pass, and handing leases back at shutdown. The self-fence
+rule itself is in `fencing`, the beat's arithmetic in `policy`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import asyncpg
 
 from fleetq.core import fleet, leasing, queries
-from fleetq.core.errors import NotFound, StaleLease
-from fleetq.core.models import FencingToken, JobId, RunnerState, WriteStatus
+from fleetq.core.driver import AsyncpgDriver
+from fleetq.core.errors import FleetqError, NotFound, StaleLease
+from fleetq.core.models import FencingToken, JobId, RunnerId, RunnerState, WriteStatus
 from fleetq.runner import loops, metrics, policy
-from fleetq.runner.base import RunnerBase, log
 from fleetq.runner.execution import Execution, release_counted
 from fleetq.runner.fencing import FenceRule
 
-MIN_REAP_WAIT_S = 0.05  # a retry due now is queued by the next pass, not spun on
+log = logging.getLogger("fleetq.runner.service")
 
 
-class LeaseKeeping(RunnerBase):
-    """Renewal, fencing, stops and the periodic passes."""
+@dataclass(frozen=True)
+class LeaseHooks:
+    """What keeping the leases asks of the rest of the runner."""
 
-    _renewal_sent: float | None = None  # when the renewal in flight was sent (diagnostics)
-    _next_beat: float = 0.0  # when the heartbeat loop means to renew next (monotonic)
+    wake_lanes: Callable[[], None]  # room came free: every lane looks again
+    follow_state: Callable[[], Awaitable[None]]  # read the runner's own row (each beat)
+    reread_config: Callable[[], None]  # a lease was granted under settings not read here
 
-    def _beat_s(self) -> float:
+
+class Leases:
+    """The leases this runner holds: the executions it runs (only `Runs` adds or removes
+    them) and those a claim or an earlier process left it with nothing running here."""
+
+    def __init__(
+        self,
+        *,
+        driver: AsyncpgDriver,
+        runner: RunnerId,
+        pool: asyncpg.Pool,
+        executions: Mapping[JobId, Execution],
+        superseded: Callable[[], Iterable[tuple[JobId, FencingToken]]],
+        done: asyncio.Event,
+        hooks: LeaseHooks,
+    ) -> None:
+        self.driver, self.runner, self.pool = driver, runner, pool
+        self.executions, self.superseded = executions, superseded
+        self.done, self.hooks = done, hooks
+        self.lease_seconds = 30  # the settings, as last read (`read_timing`)
+        self.offline_after_seconds = 30
+        self.beat_wake = asyncio.Event()  # the beat looks again: a renewal may be due sooner
+        # leases of this runner id the start-up collection left to a holder that may live
+        self.inherited: set[tuple[JobId, FencingToken]] = set()
+        # another process took this runner id over (our LISTEN session was gone for a
+        # while): its leases are not ours to report lost, release or mark offline
+        self.displaced = False
+        self._renewal_sent: float | None = None  # the renewal in flight (diagnostics)
+        self._next_beat = 0.0  # when the heartbeat loop means to renew next (monotonic)
+
+    async def read_timing(self) -> None:
+        """The lease setting and the offline threshold: the beat follows both (from its
+        next look: woken here)."""
+        rows = await self.driver.fetch(queries.sql("runners_lease_seconds"))
+        lease, offline = int(rows[0]["lease_seconds"]), int(rows[0]["offline_after_seconds"])
+        if (lease, offline) != (self.lease_seconds, self.offline_after_seconds):
+            log.info(
+                "settings: lease %ds, offline after %ds (were %ds, %ds)",
+                lease,
+                offline,
+                self.lease_seconds,
+                self.offline_after_seconds,
+            )
+        self.lease_seconds, self.offline_after_seconds = lease, offline
+        self.beat_wake.set()
+
+    def beat_s(self) -> float:
         """The runner's own beat: often enough for its lease setting and for the offline
-        threshold alike (a lease shorter than the setting is renewed sooner: `_renew_by`)."""
+        threshold alike (a lease shorter than the setting is renewed sooner: `renew_by`)."""
         return policy.beat_s(self.lease_seconds, self.offline_after_seconds)
 
-    def _lease_s(self, ex: Execution) -> float:
+    def lease_s(self, ex: Execution) -> float:
         """How long `ex`'s lease is good for after `ex.renewed_at`: what the database
         answered for it, else the lease setting."""
         return self.lease_seconds if ex.lease_s is None else ex.lease_s
 
-    def _due(self, ex: Execution) -> float:
+    def due(self, ex: Execution) -> float:
         """When `ex`'s lease is due for renewal: a third of its own length after it was
         last renewed, so two renewals may fail before the self-fence."""
-        return ex.renewed_at + self._lease_s(ex) / 3
+        return ex.renewed_at + self.lease_s(ex) / 3
 
-    def _renew_by(self, last: float) -> float:
+    def renew_by(self, last: float) -> float:
         """When the next renewal is due (monotonic), the last one sent at `last`: a beat
         later, or sooner for a lease that is due first (one granted shorter than the
         setting: changed by `fleetq apply`), never sooner than MIN_BEAT_S after `last`."""
-        due = min((self._due(ex) for ex in self.executions.values()), default=math.inf)
-        return max(last + policy.MIN_BEAT_S, min(last + self._beat_s(), due))
+        due = min((self.due(ex) for ex in self.executions.values()), default=math.inf)
+        return max(last + policy.MIN_BEAT_S, min(last + self.beat_s(), due))
 
-    def _renew_sooner(self, executions: Iterable[Execution]) -> None:
+    def renew_sooner(self, executions: Iterable[Execution]) -> None:
         """New leases (a claim, an adoption): wake the heartbeat loop if one is due
         before its next renewal."""
-        if any(self._due(ex) < self._next_beat for ex in executions):
+        if any(self.due(ex) < self._next_beat for ex in executions):
             self.beat_wake.set()
 
-    async def _heartbeats(self) -> None:
+    async def heartbeats(self) -> None:
         """Renew every lease this runner holds (and say it is alive) in one statement, a
-        beat apart, or sooner when a lease is due first (`_renew_by`); woken when a new
+        beat apart, or sooner when a lease is due first (`renew_by`); woken when a new
         lease or new settings may move that time. A failure is retried sooner, backing
         off, never later than a beat (`loops.every`'s rule)."""
         backoff = loops.Backoff()
@@ -66,25 +118,25 @@ class LeaseKeeping(RunnerBase):
         retry_at: float | None = None  # after a failure: when to try again
         while not self.done.is_set():
             self.beat_wake.clear()  # before reading the executions: no wake is lost
-            self._next_beat = self._renew_by(last) if retry_at is None else retry_at
+            self._next_beat = self.renew_by(last) if retry_at is None else retry_at
             wait = self._next_beat - time.monotonic()
             if wait > 0:
                 await loops.wait_any((self.done, self.beat_wake), wait)
                 continue  # look again: woken, done, or due now
             last = time.monotonic()
             try:
-                await self._heartbeat_once()
+                await self.heartbeat_once()
             except Exception as exc:
                 if (error := loops.environmental(exc)) is None:
                     raise
-                delay = min(self._beat_s(), backoff.next())
+                delay = min(self.beat_s(), backoff.next())
                 retry_at = time.monotonic() + delay
                 log.warning("heartbeat failed (%s); retrying in %.1fs", error, delay)
                 continue
             backoff.reset()
             retry_at = None
 
-    async def _heartbeat_once(self) -> None:
+    async def heartbeat_once(self) -> None:
         asked = dict(self.executions)
         leases = [(j, ex.claim.lease_version) for j, ex in asked.items()]
         sent = time.monotonic()
@@ -95,8 +147,8 @@ class LeaseKeeping(RunnerBase):
             self._renewal_sent = None
         took = time.monotonic() - sent
         metrics.HEARTBEAT_LAG.set(took)
-        if took > self._beat_s():
-            log.warning("renewal took %.1fs (%s)", took, self._pool_use())
+        if took > self.beat_s():
+            log.warning("renewal took %.1fs (%s)", took, self.pool_use())
         for answer in answers:
             if (ex := self.executions.get(answer.job_id)) is None:
                 continue
@@ -108,7 +160,7 @@ class LeaseKeeping(RunnerBase):
                 if left is not None and not self.lease_seconds - took - 1 < left <= (
                     self.lease_seconds
                 ):
-                    self._coalesced("config", self._reread_config)
+                    self.hooks.reread_config()
             elif answer.status == WriteStatus.BUSY and ex.in_transaction:
                 # its row is locked by this run's own handler transaction: nobody can take
                 # the lease while it is (claims take queued jobs; the reaper skips it),
@@ -126,15 +178,15 @@ class LeaseKeeping(RunnerBase):
             kind = "self_race" if asked[job].recorded else "zombie"
             metrics.STALE.labels("heartbeat", kind).inc()
         if stale:
-            await self._stop_lost(stale)
-        await self._follow_state()
+            await self.stop_lost(stale)
+        await self.hooks.follow_state()
 
-    def _pool_use(self) -> str:
-        pool = self.kit.pool
+    def pool_use(self) -> str:
+        pool = self.pool
         busy = pool.get_size() - pool.get_idle_size()
         return f"{busy} of {pool.get_max_size()} pooled connections in use"
 
-    async def _stop_lost(self, job_ids: list[JobId]) -> None:
+    async def stop_lost(self, job_ids: list[JobId]) -> None:
         """Stop local executions whose lease this runner no longer holds."""
         rows = await self.driver.fetch(queries.sql("lease_job_states"), self.runner, job_ids)
         for gone in set(job_ids) - {row["job_id"] for row in rows}:
@@ -158,13 +210,13 @@ class LeaseKeeping(RunnerBase):
                 )
                 ex.request_stop(reason)
 
-    async def _self_fence_once(self) -> None:
+    async def self_fence_once(self) -> None:
         """Stop executions whose lease may expire unrenewed (the database is out of
         reach) so that the stop, SIGKILL included, is over before the database could
         expire the lease: the rule and its budget are in `fencing`."""
         now = time.monotonic()
         for ex in list(self.executions.values()):
-            rule = FenceRule(self._lease_s(ex))  # the length the database gave this lease
+            rule = FenceRule(self.lease_s(ex))  # the length the database gave this lease
             if ex.ended_monotonic is not None:
                 # Its process is over and its outcome waits to be written: nothing to
                 # stop. The write is fenced by the database (owner and token): it lands
@@ -184,11 +236,11 @@ class LeaseKeeping(RunnerBase):
                     "no renewal in flight"
                     if pending is None
                     else f"a renewal in flight for {now - pending:.1f}s",
-                    self._pool_use(),
+                    self.pool_use(),
                 )
                 ex.request_stop("self_fenced", grace_s=rule.grace_s)
 
-    async def _confirm(self, ex: Execution, reason: str) -> None:
+    async def confirm(self, ex: Execution, reason: str) -> None:
         c = ex.claim
         try:
             if reason == "self_fenced":
@@ -231,7 +283,7 @@ class LeaseKeeping(RunnerBase):
                 self.driver, self.runner, c, "self-fenced", ended_monotonic=ex.end_seen
             )
 
-    async def _drain_self(self, reason: str) -> None:
+    async def drain_self(self, reason: str) -> None:
         await fleet.set_state(
             self.driver,
             runner=self.runner,
@@ -240,7 +292,7 @@ class LeaseKeeping(RunnerBase):
             actor=self.runner,
         )
 
-    async def _strays_once(self) -> None:
+    async def strays_once(self) -> None:
         """The periodic collection pass: what the database says this runner holds but
         nothing here runs (say, a claim whose reply was lost for good) is settled now
         rather than at lease expiry. Claims younger than a lease are left alone: their
@@ -248,7 +300,7 @@ class LeaseKeeping(RunnerBase):
         a holder that may live (`inherited`), for as long as this runner id holds them."""
         if self.displaced:
             return
-        await self._close_unrun_executions()
+        await self.close_unrun_executions()
         rows = await self.driver.fetch(queries.sql("lease_held_by"), self.runner)
         self.inherited &= {(r["job_id"], r["lease_version"]) for r in rows}
         for row in rows:
@@ -260,7 +312,7 @@ class LeaseKeeping(RunnerBase):
             ):
                 continue
             if row["state"] == "cancelled":
-                await self._stop_unrun(job, token, "cancelled")
+                await self.stop_unrun(job, token, "cancelled")
                 continue
             with contextlib.suppress(StaleLease):
                 status = await leasing.report_lost(
@@ -274,67 +326,67 @@ class LeaseKeeping(RunnerBase):
                     "stray job=%d token=%d held but not running here: %s", job, token, status
                 )
 
-    async def _close_unrun_executions(self) -> None:
+    async def close_unrun_executions(self) -> None:
         """Executions of this runner with no end, whose lease moved on while nothing ran
         here (an expired handler's lease records its execution open; if the claim's
         reply was lost, this runner never ran it), are closed with their end bounded by
         now: nothing else would ever close them. Run by the strays pass and at shutdown."""
         here = {(ex.claim.job_id, ex.claim.lease_version) for ex in self.executions.values()}
-        here |= set(self._superseded.values())
+        here |= set(self.superseded())
         for row in await self.driver.fetch(queries.sql("lease_open_executions"), self.runner):
             key = (JobId(row["job_id"]), FencingToken(row["lease_version"]))
             if row["held"] or key in here:
                 continue
             log.info("closing execution job=%d token=%d: nothing runs it here", *key)
-            await self._stop_unrun(*key, "superseded")
+            await self.stop_unrun(*key, "superseded")
 
-    async def _stop_unrun(self, job: JobId, token: FencingToken, reason: str) -> None:
+    async def stop_unrun(self, job: JobId, token: FencingToken, reason: str) -> None:
         """Confirm the stop of a job nothing runs here. If the job was cancelled, its slot
         and room are free once this commits, and no notification says so: the lanes look
         now, or one full until this moment would wait for its next poll."""
         await leasing.confirm_stop(
             self.driver, runner=self.runner, job_id=job, token=token, signal=None, reason=reason
         )
-        self._wake_all()
+        self.hooks.wake_lanes()
 
-    def _retry_soon(self, due_s: float) -> None:
-        """A retry falls due in `due_s`: the next reaper pass runs then if that is sooner
-        (any runner's pass at that moment queues it, this one's included)."""
-        self.reap_due = min(self.reap_due, asyncio.get_running_loop().time() + due_s)
-        self.reap_wake.set()
+    async def held_but_not_here(
+        self, known: set[JobId]
+    ) -> list[tuple[JobId, FencingToken, float | None]]:
+        """Leases the database says this runner holds with nothing running here: a claim
+        whose reply was lost, an outcome that could not be recorded. Handed back too."""
+        try:
+            rows = await self.driver.fetch(queries.sql("lease_held_by"), self.runner)
+        except FleetqError:
+            return []
+        return [
+            (JobId(r["job_id"]), FencingToken(r["lease_version"]), None)
+            for r in rows
+            if r["state"] in ("claimed", "running")
+            and r["job_id"] not in known
+            and (r["job_id"], r["lease_version"]) not in self.inherited
+        ]
 
-    def _reap_wait(self) -> float:
-        """Until the next reaper pass: the reap interval, or sooner for a retry."""
-        until_due = self.reap_due - asyncio.get_running_loop().time()
-        return max(MIN_REAP_WAIT_S, min(self.config.reap_interval_s, until_due))
-
-    async def _reap_once(self) -> None:
-        self.reap_due = math.inf  # a retry that falls due later moves it again
-        result = await leasing.reap(self.driver)
-        if result.requeued or result.failed:
-            log.info(
-                "reaped expired leases: %d requeued, %d failed", result.requeued, result.failed
-            )
-
-    async def _schedules_once(self) -> None:
-        """Fire the due ticks of the schedules of this runner's lanes, looking once a
-        minute however often this pass runs (`schedules.MinuteChecks`). Every runner of a
-        lane looks, not the reaper's leader: the database lets a runner settle only the
-        schedules of its own lanes, and a tick fires once whoever fires it."""
-        for fired in await self.schedule_checks.check(self.driver, self.runner):
-            log.info(
-                "schedule %s fired job %d for its tick %s",
-                fired.schedule,
-                fired.job_id,
-                fired.tick.isoformat(),
-            )
-
-    async def _follow_state(self) -> None:
-        rows = await self.driver.fetch(queries.sql("runners_get_state"), self.runner)
-        before, self.state = self.state, RunnerState(rows[0]["state"])
-        if before != self.state:
-            log.info("runner state %s -> %s", before, self.state)
-            self._wake_all()
-        if self.state == RunnerState.DRAINED and self.config.exit_when_drained:
-            log.info("drained; exiting as asked (--exit-when-drained)")
-            self.request_shutdown()
+    async def release_all(self, held: list[tuple[JobId, FencingToken, float | None]]) -> None:
+        """Hand leases back (requeued at once, not counted as lost). With the database
+        out of reach, the rest are left to expire rather than tried one by one."""
+        for i, (job, token, ended) in enumerate(held):
+            try:
+                await leasing.release(
+                    self.driver,
+                    runner=self.runner,
+                    job_id=job,
+                    token=token,
+                    reason="runner shutdown",
+                    ended_monotonic=ended,
+                )
+                log.info("released job=%d token=%d (requeued)", job, token)
+            except StaleLease:
+                continue
+            except FleetqError as exc:
+                if not loops.transient(exc):
+                    log.warning("could not release job=%d token=%d: %s", job, token, exc)
+                    continue
+                log.warning(
+                    "database out of reach (%s): %d lease(s) left to expire", exc, len(held) - i
+                )
+                return
