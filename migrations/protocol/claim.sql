@@ -205,24 +205,57 @@ BEGIN
 END;
 $function$;
 
+-- What a claim reads of its runner and lane: the runner's eligibility facts (node,
+-- capabilities, state, staleness, free memory and CPUs), the lane's slots, and the room
+-- fleet-wide caps leave (fleetq.claim_rooms). Read twice by fleetq.claim_unchecked: once
+-- unlocked, to choose the jobs to hold, and once under the runner's row lock (p_lock), to
+-- take what still fits. Staleness is read here once, not inside the scan per job.
+CREATE OR REPLACE FUNCTION fleetq.claim_standing(p_runner text, p_lane text, p_lock boolean, OUT node text, OUT capabilities text[], OUT state text, OUT offline boolean, OUT free_memory integer, OUT free_cpu integer, OUT slots integer, OUT slots_used integer, OUT lane_room bigint, OUT cap_projects text[], OUT cap_rooms bigint[], OUT full_projects text[])
+ RETURNS record
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    r fleetq.runners%ROWTYPE;
+    l record;  -- slots, slots_used, lane_cap, project_caps
+BEGIN
+    IF p_lock THEN
+        SELECT * INTO r FROM fleetq.runners WHERE id = p_runner FOR UPDATE;
+    ELSE
+        SELECT * INTO r FROM fleetq.runners WHERE id = p_runner;
+    END IF;
+    IF NOT FOUND THEN  -- never registered, or forgotten since the unlocked read
+        RAISE EXCEPTION 'unknown runner %', p_runner USING ERRCODE = 'FQ004';
+    END IF;
+    SELECT rl.slots, rl.slots_used, ln.max_running AS lane_cap,
+           EXISTS (SELECT 1 FROM fleetq.projects p WHERE p.max_running > 0) AS project_caps
+    INTO l
+    FROM fleetq.runner_lanes rl JOIN fleetq.lanes ln ON ln.name = rl.lane
+    WHERE rl.runner_id = p_runner AND rl.lane = p_lane;
+    node := r.node;
+    capabilities := r.capabilities;
+    state := r.state;
+    offline := fleetq.runner_is_stale(r.last_heartbeat_at);
+    free_memory := r.memory_mb - r.reserved_memory_mb;
+    free_cpu := r.cpu_millis - r.reserved_cpu_millis;
+    slots := l.slots;
+    slots_used := l.slots_used;
+    IF l.lane_cap IS NOT NULL OR l.project_caps THEN
+        SELECT * INTO lane_room, cap_projects, cap_rooms, full_projects
+        FROM fleetq.claim_rooms(p_lane, l.lane_cap, l.project_caps, p_lock);
+    END IF;
+END;
+$function$;
+
 CREATE OR REPLACE FUNCTION fleetq.claim_unchecked(p_runner text, p_lane text, p_limit integer, p_claim_id uuid)
  RETURNS TABLE(job_id bigint, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint, traceparent text)
  LANGUAGE plpgsql
 AS $function$
 #variable_conflict use_column
 DECLARE
-    r fleetq.runners%ROWTYPE;
-    l record;  -- slots, slots_used, lane_cap, project_caps
+    s record;                    -- fleetq.claim_standing: the runner's and lane's facts
     v_held bigint[];             -- the queued jobs this claim holds (row locks)
     v_taken integer;
-    v_free_memory integer;
-    v_free_cpu integer;
-    v_offline boolean;
     v_lease interval := fleetq.setting_seconds('lease_seconds');
-    v_lane_room bigint;          -- NULL: the lane has no cap
-    v_cap_projects text[];       -- the capped projects, and the room each has left
-    v_cap_rooms bigint[];
-    v_full_projects text[];      -- capped projects with no room left
 BEGIN
     -- A retried claim (its reply was lost after commit) gets back what it took, instead
     -- of leaving those jobs stranded until their lease expires.
@@ -252,21 +285,7 @@ BEGIN
     -- naming this job holds it until it commits) does not conflict with it; FOR UPDATE
     -- did, and the claim skipped the job, which then waited for a poll (nothing
     -- announces it again when that submit commits).
-    SELECT * INTO r FROM fleetq.runners WHERE id = p_runner;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'unknown runner %', p_runner USING ERRCODE = 'FQ004';
-    END IF;
-    SELECT rl.slots, rl.slots_used, ln.max_running AS lane_cap,
-           EXISTS (SELECT 1 FROM fleetq.projects p WHERE p.max_running > 0) AS project_caps
-    INTO l
-    FROM fleetq.runner_lanes rl JOIN fleetq.lanes ln ON ln.name = rl.lane
-    WHERE rl.runner_id = p_runner AND rl.lane = p_lane;
-    IF l.lane_cap IS NOT NULL OR l.project_caps THEN
-        SELECT * INTO v_lane_room, v_cap_projects, v_cap_rooms, v_full_projects
-        FROM fleetq.claim_rooms(p_lane, l.lane_cap, l.project_caps, false);
-    END IF;
-    -- Once, not per row: inside the scan it was a settings query per job looked at.
-    v_offline := fleetq.runner_is_stale(r.last_heartbeat_at);
+    s := fleetq.claim_standing(p_runner, p_lane, false);
     WITH candidates AS (
         -- Eligible queued jobs in priority order: an index scan on jobs_queued that stops
         -- at the limit.
@@ -274,12 +293,11 @@ BEGIN
         FROM fleetq.jobs j
         WHERE j.state = 'queued' AND j.lane = p_lane
           AND fleetq.eligible(j.capabilities, j.requested_node, j.memory_mb, j.cpu_millis,
-                              r.node, r.capabilities, r.state, v_offline,
-                              r.memory_mb - r.reserved_memory_mb,
-                              r.cpu_millis - r.reserved_cpu_millis, l.slots, l.slots_used)
-          AND j.project <> ALL (coalesce(v_full_projects, '{}'))
+                              s.node, s.capabilities, s.state, s.offline, s.free_memory,
+                              s.free_cpu, s.slots, s.slots_used)
+          AND j.project <> ALL (coalesce(s.full_projects, '{}'))
         ORDER BY j.priority_class, j.created_at, j.id
-        LIMIT least(p_limit, coalesce(l.slots - l.slots_used, 0), coalesce(v_lane_room, p_limit))
+        LIMIT least(p_limit, coalesce(s.slots - s.slots_used, 0), coalesce(s.lane_room, p_limit))
         FOR NO KEY UPDATE SKIP LOCKED
     )
     SELECT array_agg(c.id) INTO v_held FROM candidates c;
@@ -290,32 +308,13 @@ BEGIN
     -- Claims of one runner serialize on its row, so the free capacity read here is still
     -- free when the reservation below is written; the held jobs are taken as far as it
     -- goes.
-    SELECT * INTO r FROM fleetq.runners WHERE id = p_runner FOR UPDATE;
-    IF NOT FOUND THEN  -- forgotten since the look above
-        RAISE EXCEPTION 'unknown runner %', p_runner USING ERRCODE = 'FQ004';
-    END IF;
-    SELECT rl.slots, rl.slots_used, ln.max_running AS lane_cap,
-           EXISTS (SELECT 1 FROM fleetq.projects p WHERE p.max_running > 0) AS project_caps
-    INTO l
-    FROM fleetq.runner_lanes rl JOIN fleetq.lanes ln ON ln.name = rl.lane
-    WHERE rl.runner_id = p_runner AND rl.lane = p_lane;
-    v_free_memory := r.memory_mb - r.reserved_memory_mb;
-    v_free_cpu := r.cpu_millis - r.reserved_cpu_millis;
-    v_offline := fleetq.runner_is_stale(r.last_heartbeat_at);
-    v_lane_room := NULL;
-    v_cap_projects := NULL;
-    v_cap_rooms := NULL;
-    v_full_projects := NULL;
-    IF l.lane_cap IS NOT NULL OR l.project_caps THEN
-        SELECT * INTO v_lane_room, v_cap_projects, v_cap_rooms, v_full_projects
-        FROM fleetq.claim_rooms(p_lane, l.lane_cap, l.project_caps, true);
-    END IF;
+    s := fleetq.claim_standing(p_runner, p_lane, true);
 
     RETURN QUERY
-    SELECT * FROM fleetq.claim_take(p_runner, p_lane, p_limit, p_claim_id, v_held, r.node,
-                                    r.capabilities, r.state, v_offline, v_free_memory,
-                                    v_free_cpu, l.slots, l.slots_used, v_lane_room,
-                                    v_cap_projects, v_cap_rooms, v_full_projects, v_lease);
+    SELECT * FROM fleetq.claim_take(p_runner, p_lane, p_limit, p_claim_id, v_held, s.node,
+                                    s.capabilities, s.state, s.offline, s.free_memory,
+                                    s.free_cpu, s.slots, s.slots_used, s.lane_room,
+                                    s.cap_projects, s.cap_rooms, s.full_projects, v_lease);
 
     GET DIAGNOSTICS v_taken = ROW_COUNT;
 
@@ -334,7 +333,7 @@ BEGIN
     -- rest.)
     IF v_taken < cardinality(v_held) THEN
         PERFORM pg_notify('fleetq_work', p_lane);
-    ELSIF v_taken = l.slots - l.slots_used
+    ELSIF v_taken = s.slots - s.slots_used
           AND current_setting('fleetq.refill', true) IS DISTINCT FROM 'on' THEN
         IF EXISTS (SELECT 1 FROM fleetq.runner_lanes rl
                    WHERE rl.lane = p_lane AND rl.runner_id <> p_runner AND rl.slots_used = 0)
