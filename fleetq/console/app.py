@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from textual import events, on
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Header, Input
 
@@ -31,6 +31,7 @@ from fleetq.console.commands import (
     system_commands,
 )
 from fleetq.console.dialogs import CommandLine, Help
+from fleetq.console.keys import GLOBAL_BINDINGS, KEYBOARD_MOVERS
 from fleetq.console.live import Follower
 from fleetq.console.lookups import Lookups
 from fleetq.console.messages import (
@@ -63,7 +64,6 @@ from fleetq.core.models import JobId
 from fleetq.core.views import JobFilter, Overview
 
 __all__ = ["VIEWS", "ConsoleApp", "run_console"]
-KEYBOARD_MOVERS = frozenset({"view", "command_line", "help"})  # off while typing in a box
 
 
 class ConsoleApp(App[None]):
@@ -74,27 +74,7 @@ class ConsoleApp(App[None]):
     Screen.stale Header { background: $error; }
     ContentSwitcher { height: 1fr; }
     """
-    # Help and Quit first: a narrow footer cuts from the right, and they must stay.
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("question_mark,f1", "help", "Help", priority=True),
-        Binding("q", "quit", "Quit"),
-        *(
-            Binding(str(n), f"view('{name}')", name.capitalize(), priority=True)
-            for n, name in enumerate(VIEWS, start=1)
-        ),
-        Binding("escape,backspace", "go_back", "Back", show=False),
-        # actions open a dialog: priority, so the keys typed after them wait for it
-        Binding("C", "cancel_jobs", "Cancel", priority=True),
-        Binding("d", "runner_state('draining')", "Drain", priority=True),
-        Binding("p", "runner_state('paused')", "Pause", priority=True),
-        Binding("u", "runner_state('active')", "Resume", priority=True),
-        Binding("colon", "command_line", ":view", show=False, priority=True),
-        Binding("r", "reload", "Reload", show=False),
-        Binding("Z", "freeze", "Freeze", show=False),
-        Binding("c", "copy", "Copy id", show=False),
-        Binding("ctrl+s", "save_svg", "Screenshot", show=False),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = GLOBAL_BINDINGS
 
     def __init__(
         self,

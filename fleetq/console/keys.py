@@ -1,0 +1,32 @@
+"""The console's global keys: views by number, actions, and the keys that move the
+keyboard (off while typing in a box, so `3` types a 3)."""
+
+from __future__ import annotations
+
+from textual.binding import Binding, BindingType
+
+from fleetq.console.commands import VIEWS
+
+KEYBOARD_MOVERS = frozenset({"view", "command_line", "help"})  # off while typing in a box
+
+# Help and Quit first: a narrow footer cuts from the right, and they must stay.
+GLOBAL_BINDINGS: list[BindingType] = [
+    Binding("question_mark,f1", "help", "Help", priority=True),
+    Binding("q", "quit", "Quit"),
+    *(
+        Binding(str(n), f"view('{name}')", name.capitalize(), priority=True)
+        for n, name in enumerate(VIEWS, start=1)
+    ),
+    Binding("escape,backspace", "go_back", "Back", show=False),
+    # actions open a dialog: priority, so the keys typed after them wait for it
+    Binding("C", "cancel_jobs", "Cancel", priority=True),
+    Binding("d", "runner_state('draining')", "Drain", priority=True),
+    Binding("p", "runner_state('paused')", "Pause", priority=True),
+    Binding("u", "runner_state('active')", "Resume", priority=True),
+    Binding("colon", "command_line", ":view", show=False, priority=True),
+    Binding("r", "reload", "Reload", show=False),
+    Binding("Z", "freeze", "Freeze", show=False),
+    Binding("c", "copy", "Copy id", show=False),
+    Binding("ctrl+s", "save_svg", "Screenshot", show=False),
+    Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+]
