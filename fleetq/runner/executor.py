@@ -1,4 +1,5 @@
-"""Run one job and return what happened, as a value; never raise for the job's failure.
+"""Run a command job's process and return what happened, as a value; never raise for the
+job's failure (a handler job's is in `handling`, an adopted run's in `adoption`).
 
 Commands run as argv (the operation's command split like a shell would, but no shell
 runs) in their own session, so the whole process group can be signalled, with an
@@ -13,26 +14,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import math
 import os
 import resource
 import shlex
 import signal
 import sys
 import time
-import traceback
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
 
 import psutil
 from pydantic import ConfigDict
 
 from fleetq.core.config import LimitsConfig
-from fleetq.core.errors import ConnectionFailed, DatabaseBusy, StaleLease
 from fleetq.core.models import Outcome
 from fleetq.runner import orphans, stalls
 from fleetq.runner.jobuser import JobUser
@@ -198,7 +194,7 @@ async def run_command(
             await asyncio.to_thread(_end_run, run_id, proc.pid)
             gone = time.monotonic()
             dated = watch.dated(gone)
-            finished = _exited(proc.returncode, _tail(log_path), elapsed())
+            finished = exited(proc.returncode, read_tail(log_path), elapsed())
             limit = (limits or Limits()).reason(finished.signal)
             if limit is not None:
                 finished = replace(finished, reason=limit)
@@ -216,7 +212,7 @@ async def run_command(
             return Finished(
                 None,
                 reason="stop-unconfirmed",
-                log_tail=_tail(log_path),
+                log_tail=read_tail(log_path),
                 run_ms=elapsed(),
                 ended_monotonic=None,
             )
@@ -229,7 +225,7 @@ async def run_command(
                 Outcome.FAILED,
                 signal=_signal_of(proc.returncode),
                 reason="timeout",
-                log_tail=_tail(log_path),
+                log_tail=read_tail(log_path),
                 run_ms=elapsed(),
                 ended_monotonic=gone,
                 end_dated=dated,
@@ -238,7 +234,7 @@ async def run_command(
             None,
             signal=_signal_of(proc.returncode),
             reason="stopped",
-            log_tail=_tail(log_path),
+            log_tail=read_tail(log_path),
             run_ms=elapsed(),
             ended_monotonic=gone,
             end_dated=dated,
@@ -253,175 +249,6 @@ def _running(pid: int) -> bool:
         return False
 
 
-class Stoppable(Protocol):
-    """Something that can be asked to stop, and says so to subscribers."""
-
-    stop: asyncio.Event
-
-    def on_stop(self, hook: Callable[[], None]) -> Callable[[], None]:
-        """Call `hook` when a stop is requested; returns an unsubscribe function."""
-        ...
-
-
-# A handler's timeout fires within this much of its deadline (see Deadlines).
-DEADLINE_TICK_S = 0.05
-
-
-class _Armed:
-    """One handler's timeout: the task to cancel when its tick comes."""
-
-    __slots__ = ("fired", "live", "task", "tick")
-
-    def __init__(self, task: asyncio.Task[object], tick: int) -> None:
-        self.task, self.tick, self.fired, self.live = task, tick, False, True
-
-
-class Deadlines:
-    """Handlers' timeouts on one timer per tick, not one per job.
-
-    `asyncio.timeout` schedules a timer for every handler it guards and cancels it when
-    the handler returns: under a backlog, where a runner starts hundreds of handlers at
-    once and most return at once, that was 9% of its busy CPU (py-spy). The jobs a claim
-    takes start together and share a timeout, so their deadlines, rounded up to a tick of
-    DEADLINE_TICK_S, fall on one tick: one timer for the batch, and a set insert and
-    removal per job. A timeout fires up to a tick late.
-
-    A tick whose handlers have all returned keeps its timer until the next tick is made
-    (so the rest of a batch finds it), then is dropped with it: pending ticks are never
-    more than the ticks handlers still wait on, however long the timeouts. Nothing here
-    holds the loop (a timer only weakly), so a closed loop's deadlines go with it.
-    """
-
-    def __init__(self) -> None:
-        self.due: dict[int, tuple[set[_Armed], weakref.ref[asyncio.TimerHandle]]] = {}
-        self.emptied: set[int] = set()  # ticks whose handlers all returned
-
-    def arm(
-        self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[object], timeout_s: float
-    ) -> _Armed:
-        if timeout_s <= 0:  # due already: at the handler's first await, as asyncio.timeout
-            armed = _Armed(task, -1)
-            loop.call_soon(self._fire_one, armed)
-            return armed
-        tick = math.ceil((loop.time() + timeout_s) / DEADLINE_TICK_S)
-        armed = _Armed(task, tick)
-        entry = self.due.get(tick)
-        if entry is None:
-            self._sweep()
-            timer = loop.call_at(tick * DEADLINE_TICK_S, self._fire, tick)
-            entry = self.due[tick] = (set(), weakref.ref(timer))
-        entry[0].add(armed)
-        return armed
-
-    def disarm(self, armed: _Armed) -> None:
-        armed.live = False
-        entry = self.due.get(armed.tick)
-        if entry is not None:
-            entry[0].discard(armed)
-            if not entry[0]:
-                self.emptied.add(armed.tick)
-
-    def _sweep(self) -> None:
-        for tick in self.emptied:
-            entry = self.due.get(tick)
-            if entry is not None and not entry[0]:
-                del self.due[tick]
-                if (timer := entry[1]()) is not None:
-                    timer.cancel()
-        self.emptied.clear()
-
-    def _fire(self, tick: int) -> None:
-        self.emptied.discard(tick)
-        entry = self.due.pop(tick, None)
-        for armed in entry[0] if entry is not None else ():
-            self._fire_one(armed)
-
-    @staticmethod
-    def _fire_one(armed: _Armed) -> None:
-        if armed.live:
-            armed.fired = True
-            armed.task.cancel()
-
-
-_deadlines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def deadlines(loop: asyncio.AbstractEventLoop) -> Deadlines:
-    """`loop`'s handler deadlines."""
-    if (found := _deadlines.get(loop)) is None:
-        found = _deadlines[loop] = Deadlines()
-    return found
-
-
-async def run_handler(
-    handler: Callable[..., Awaitable[object]],
-    ctx: object,
-    *,
-    timeout_s: float,
-    stoppable: Stoppable,
-) -> Finished:
-    """Await an in-process handler to its end, its timeout, or a stop request.
-
-    The handler runs inline in the calling task (no extra task per job: handlers are the
-    high-throughput path); a stop request cancels this task and is then absorbed here.
-    """
-    started = time.monotonic()
-    if stoppable.stop.is_set():
-        return Finished(None, reason="stopped")
-    me = asyncio.current_task()
-    assert me is not None
-    stopping = False
-
-    def cancel() -> None:
-        nonlocal stopping
-        stopping = True
-        me.cancel()
-
-    unsubscribe = stoppable.on_stop(cancel)
-    cancelling = me.cancelling()
-    loop = asyncio.get_running_loop()
-    due = deadlines(loop)
-    armed = due.arm(loop, me, timeout_s)
-    try:
-        result = await handler(ctx)
-    except TimeoutError:  # the handler's own (as asyncio.timeout's was taken)
-        return Finished(Outcome.FAILED, reason="timeout", run_ms=_since(started))
-    except asyncio.CancelledError:
-        if armed.fired:  # its cancel is taken back; a timeout if no other is pending
-            armed.fired = False
-            if me.uncancel() <= cancelling and not stopping:
-                return Finished(Outcome.FAILED, reason="timeout", run_ms=_since(started))
-        if not stopping:
-            raise
-        me.uncancel()
-        return Finished(None, reason="stopped", run_ms=_since(started))
-    except StaleLease:
-        return Finished(None, reason="stale", run_ms=_since(started))
-    except Exception as exc:
-        # fleetq's own calls (ctx.transaction, a driver) say a connection was lost, or a
-        # lock was not had in time (nothing committed: the handler runs again in place),
-        # this way; the handler's own errors (an OSError of its own included) are failures
-        if isinstance(exc, ConnectionFailed):
-            return Finished(None, lost=f"database connection lost in the handler: {exc}")
-        if isinstance(exc, DatabaseBusy):
-            return Finished(None, lost=f"database busy in the handler: {exc}")
-        return Finished(
-            Outcome.FAILED,
-            reason="exception",
-            log_tail=traceback.format_exc()[-TAIL_BYTES:],
-            run_ms=_since(started),
-        )
-    finally:
-        due.disarm(armed)
-        if armed.fired:  # the handler outlived its cancel: take it back all the same
-            me.uncancel()
-        unsubscribe()
-    tail = "" if result is None else str(result)[-TAIL_BYTES:]
-    return Finished(Outcome.SUCCEEDED, exit_code=0, log_tail=tail, run_ms=_since(started))
-
-
 def _launch_failed(log_path: Path, why: str) -> Finished:
     """Nothing ran: say why in the outcome and in the job's log."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -430,7 +257,8 @@ def _launch_failed(log_path: Path, why: str) -> Finished:
     return Finished(Outcome.FAILED, reason=f"launch failed: {why}", log_tail=why)
 
 
-def _since(started: float) -> int:
+def ms_since(started: float) -> int:
+    """Milliseconds since `started` (`time.monotonic()`): a run's `run_ms`."""
     return int((time.monotonic() - started) * 1000)
 
 
@@ -473,7 +301,8 @@ def _process_start(pid: int) -> datetime:
         return datetime.now(UTC)
 
 
-def _exited(returncode: int | None, tail: str, run_ms: int) -> Finished:
+def exited(returncode: int | None, tail: str, run_ms: int) -> Finished:
+    """What a command's exit status comes to (negative: the signal that ended it)."""
     if returncode is None or returncode < 0:
         return Finished(
             Outcome.FAILED,
@@ -496,7 +325,8 @@ def _signal_of(returncode: int | None) -> int | None:
     return -returncode if returncode is not None and returncode < 0 else None
 
 
-def _tail(path: Path) -> str:
+def read_tail(path: Path) -> str:
+    """The last TAIL_BYTES of a job's log, for its outcome ('' when it cannot be read)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -504,48 +334,3 @@ def _tail(path: Path) -> str:
             return f.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-
-
-async def watch_adopted(
-    pid: int,
-    *,
-    status_file: Path,
-    log_path: Path,
-    timeout_s: float,
-    stop: asyncio.Event,
-    stop_grace_s: Callable[[], float] = lambda: STOP_GRACE_S,
-) -> Finished:
-    """Follow a job process this runner did not start (adopted after a restart) to its
-    end, its timeout or a stop request; its exit status comes from the wrapper's file."""
-    started = time.monotonic()
-    gone = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    try:
-        fd = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        return Finished(Outcome.FAILED, reason="adopted process vanished", log_tail=_tail(log_path))
-    loop.add_reader(fd, gone.set)  # a pidfd turns readable when the process exits
-    waiter, stopper = asyncio.ensure_future(gone.wait()), asyncio.ensure_future(stop.wait())
-    try:
-        done, _ = await asyncio.wait(
-            {waiter, stopper}, timeout=max(0.0, timeout_s), return_when=asyncio.FIRST_COMPLETED
-        )
-        if waiter not in done:
-            await terminate_group(pid, grace_s=stop_grace_s())
-            await gone.wait()
-    finally:
-        stopper.cancel()
-        loop.remove_reader(fd)
-        os.close(fd)
-    run_ms = _since(started)
-    if waiter not in done:
-        reason = "stopped" if stopper in done else "timeout"
-        outcome = None if stopper in done else Outcome.FAILED
-        return Finished(outcome, reason=reason, log_tail=_tail(log_path), run_ms=run_ms)
-    try:
-        code = int(status_file.read_text().strip())  # noqa: ASYNC240 - a few bytes, local
-    except (OSError, ValueError):
-        return Finished(
-            Outcome.FAILED, reason="exit status lost", log_tail=_tail(log_path), run_ms=run_ms
-        )
-    return _exited(code, _tail(log_path), run_ms)

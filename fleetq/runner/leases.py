@@ -20,8 +20,9 @@ from fleetq.core.driver import AsyncpgDriver
 from fleetq.core.errors import FleetqError, NotFound, StaleLease
 from fleetq.core.models import FencingToken, JobId, RunnerId, RunnerState, WriteStatus
 from fleetq.runner import loops, metrics, policy
-from fleetq.runner.execution import Execution, release_counted
+from fleetq.runner.execution import Execution
 from fleetq.runner.fencing import FenceRule
+from fleetq.runner.outcomes import release_counted
 
 log = logging.getLogger("fleetq.runner.service")
 

@@ -28,8 +28,11 @@ from fleetq.core.models import (
     Unusable,
 )
 from fleetq.runner import executor, loops, orphans
-from fleetq.runner.execution import Execution, Toolkit, carry_on, carry_out, hand_back
+from fleetq.runner.adoption import carry_on
+from fleetq.runner.carrying import carry_out
+from fleetq.runner.execution import Execution, Toolkit
 from fleetq.runner.journal import Entry
+from fleetq.runner.outcomes import hand_back
 
 log = logging.getLogger("fleetq.runner.service")
 

@@ -22,7 +22,7 @@ from fleetq.core.driver import Driver
 from fleetq.core.embedded import EmbeddedServer
 from fleetq.core.models import RunnerId
 from fleetq.runner import identity
-from fleetq.runner.execution import HANDLER_RUNS
+from fleetq.runner.handling import HANDLER_RUNS
 from tests.e2e.conftest import Repo, StartRunner, job_state, wait_until
 from tests.e2e.test_faults import _fleet, _runner
 from tests.e2e.test_runner import _submit

@@ -18,7 +18,7 @@ from fleetq.core.db import SyncConnection, as_uri, connect
 from fleetq.core.driver import Driver
 from fleetq.core.errors import ConnectionFailed, DatabaseBusy
 from fleetq.core.models import Claim, FencingToken, JobId, RunnerId
-from fleetq.runner import executor
+from fleetq.runner import handling
 from fleetq.runner.context import JobContext
 from tests import fleet
 from tests.fleet import SHA
@@ -85,7 +85,7 @@ async def test_a_lock_not_had_in_time_is_busy_and_runs_again(
                 async with ctx.transaction():
                     pass
 
-            finished = await executor.run_handler(handler, ctx, timeout_s=30, stoppable=_Never())
+            finished = await handling.run_handler(handler, ctx, timeout_s=30, stoppable=_Never())
             assert finished.outcome is None and finished.lost is not None
             assert "busy" in finished.lost
     finally:

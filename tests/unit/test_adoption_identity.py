@@ -13,18 +13,22 @@ import psutil
 import pytest
 
 from fleetq.runner import orphans
+from fleetq.runner.adoption import ran_for
 from fleetq.runner.collection import identify
-from fleetq.runner.execution import ran_for
 from fleetq.runner.journal import Entry
+from tests.locks import wait_for
 
 
 @pytest.fixture
 def run() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A launched run: its own process group, carrying its run id."""
+    """A launched run: its own process group, carrying its run id. Yielded once it has
+    exec'd: till then the child is a fork of this process, without the run id in its
+    environment (a loaded machine caught the verdict there: "refuse")."""
     run_id = str(uuid.uuid4())
     proc = subprocess.Popen(
         ["sleep", "60"], start_new_session=True, env={**os.environ, "FLEETQ_RUN_ID": run_id}
     )
+    wait_for(lambda: proc.pid in orphans.carrying(run_id), "the run carries its run id")
     yield run_id, proc
     proc.kill()
     proc.wait()

@@ -13,7 +13,7 @@ import pytest
 
 from fleetq.core.errors import StaleLease
 from fleetq.core.models import Outcome
-from fleetq.runner import executor, stalls
+from fleetq.runner import deadlines, executor, handling, stalls
 
 
 class Stop:
@@ -146,7 +146,7 @@ async def test_handler_outcomes(tmp_path: Path) -> None:
         await asyncio.sleep(300)
 
     async def outcome(fn: object, timeout_s: float = 5) -> executor.Finished:
-        return await executor.run_handler(fn, None, timeout_s=timeout_s, stoppable=Stop())  # type: ignore[arg-type]
+        return await handling.run_handler(fn, None, timeout_s=timeout_s, stoppable=Stop())  # type: ignore[arg-type]
 
     assert (await outcome(ok)).log_tail == "fine"
     failed = await outcome(boom)
@@ -163,7 +163,7 @@ async def test_a_stop_cancels_a_running_handler(tmp_path: Path) -> None:
     async def forever(_ctx: object) -> None:
         await asyncio.Event().wait()
 
-    task = asyncio.ensure_future(executor.run_handler(forever, None, timeout_s=300, stoppable=stop))  # type: ignore[arg-type]
+    task = asyncio.ensure_future(handling.run_handler(forever, None, timeout_s=300, stoppable=stop))  # type: ignore[arg-type]
     await asyncio.sleep(0.01)
     stop.request()
     finished = await task
@@ -182,17 +182,17 @@ async def test_handlers_started_together_share_one_timeout_timer() -> None:
     loop = asyncio.get_running_loop()
     began = loop.time()
     tasks = [
-        asyncio.ensure_future(executor.run_handler(parked, None, timeout_s=0.2, stoppable=Stop()))  # type: ignore[arg-type]
+        asyncio.ensure_future(handling.run_handler(parked, None, timeout_s=0.2, stoppable=Stop()))  # type: ignore[arg-type]
         for _ in range(200)
     ]
     await asyncio.sleep(0)  # every handler armed
     armed = loop.time()
-    due = executor.deadlines(loop).due
+    due = deadlines.deadlines(loop).due
 
     # the ticks the arming spanned on the loop's clock: one, or two where the batch
     # straddles a tick's end, more only on a machine so busy arming outlasted a tick
     def tick(t: float) -> int:
-        return math.ceil((t + 0.2) / executor.DEADLINE_TICK_S)
+        return math.ceil((t + 0.2) / deadlines.DEADLINE_TICK_S)
 
     assert 1 <= len(due) <= tick(armed) - tick(began) + 1 < 200
     finished = await asyncio.gather(*tasks)
@@ -213,16 +213,16 @@ async def test_ticks_of_handlers_that_returned_do_not_pile_up() -> None:
     scheduled_before = len(loop._scheduled)  # type: ignore[attr-defined]
     end = loop.time() + 0.3
     while loop.time() < end:
-        done = await executor.run_handler(quick, None, timeout_s=3600, stoppable=Stop())  # type: ignore[arg-type]
+        done = await handling.run_handler(quick, None, timeout_s=3600, stoppable=Stop())  # type: ignore[arg-type]
         assert done.outcome is Outcome.SUCCEEDED
         await asyncio.sleep(0.01)
-    assert len(executor.deadlines(loop).due) <= 1
+    assert len(deadlines.deadlines(loop).due) <= 1
     assert len(loop._scheduled) - scheduled_before <= 1  # type: ignore[attr-defined]
 
     async def nap(_ctx: object) -> None:
         await asyncio.sleep(0.01)
 
-    late = await executor.run_handler(nap, None, timeout_s=0, stoppable=Stop())  # type: ignore[arg-type]
+    late = await handling.run_handler(nap, None, timeout_s=0, stoppable=Stop())  # type: ignore[arg-type]
     assert (late.outcome, late.reason) == (Outcome.FAILED, "timeout")
 
 
@@ -245,7 +245,7 @@ async def test_a_timeout_leaves_other_cancels_alone() -> None:
     async def run() -> None:
         try:
             ended.append(
-                await executor.run_handler(
+                await handling.run_handler(
                     cancelled_elsewhere_too,
                     None,
                     timeout_s=0.05,
@@ -270,7 +270,7 @@ async def test_a_timeout_leaves_other_cancels_alone() -> None:
 
     me = asyncio.current_task()
     assert me is not None
-    done = await executor.run_handler(stubborn, None, timeout_s=0.05, stoppable=Stop())  # type: ignore[arg-type]
+    done = await handling.run_handler(stubborn, None, timeout_s=0.05, stoppable=Stop())  # type: ignore[arg-type]
     assert (done.outcome, done.log_tail) == (Outcome.SUCCEEDED, "kept going")
     assert me.cancelling() == 0
 

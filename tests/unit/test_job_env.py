@@ -8,7 +8,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from fleetq.core.models import Claim
-from fleetq.runner.execution import Execution, _job_env
+from fleetq.runner.carrying import _job_env
+from fleetq.runner.execution import Execution
 
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
