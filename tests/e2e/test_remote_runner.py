@@ -48,7 +48,7 @@ def test_a_runner_on_another_node_runs_jobs_over_tls(
     status = listening.status()
     assert status.tcp_dsn is not None and status.listen is not None
     copy = tmp_path / "server.crt"  # what the operator copies to the runner's node
-    shutil.copyfile(listening.certificate_file, copy)
+    shutil.copyfile(listening.certificate.file, copy)
     verify = f"sslmode=verify-full&sslrootcert={quote(str(copy))}"
     admin_tcp = status.tcp_dsn.replace("sslmode=require", verify)
     login = f"fq_runner_{uuid.uuid4().hex[:10]}"

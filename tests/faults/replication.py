@@ -18,7 +18,9 @@ from pathlib import Path
 
 import psycopg
 
-from fleetq.core.embedded import SOCKET_PORT, EmbeddedServer, socket_dsn
+from fleetq.core.embedded import SOCKET_PORT, EmbeddedServer
+from fleetq.core.embeddedconn import socket_dsn
+from fleetq.core.embeddedhost import private_socket_dir, read_postmaster
 from tests.conftest import FAST, make_home
 
 # Durable enough to mean something: commits wait for their WAL (and, with a synchronous
@@ -38,7 +40,7 @@ class Node(EmbeddedServer):
 
     @property
     def socket_dir(self) -> Path:
-        return self._socket_dir(SOCKET_PORT)
+        return private_socket_dir(self.home, SOCKET_PORT, as_root=os.geteuid() == 0)
 
     def start(self) -> None:
         self._make_home()
@@ -52,7 +54,7 @@ class Node(EmbeddedServer):
         self.log_dir.mkdir(mode=0o700)
         for directory in (self.pgdata, self.log_dir):
             self._give_to_server(directory)
-        self._run(
+        self.programs.run(
             [
                 "pg_basebackup",
                 "-D",
@@ -72,7 +74,7 @@ class Node(EmbeddedServer):
         )
 
     def promote(self) -> None:
-        self._run(["pg_ctl", "promote", "-D", str(self.pgdata), "-w", "-t", "60"])
+        self.programs.run(["pg_ctl", "promote", "-D", str(self.pgdata), "-w", "-t", "60"])
 
     def kill(self) -> None:
         """SIGKILL the postmaster and every process it started, at once: the machine died
@@ -87,7 +89,7 @@ class Node(EmbeddedServer):
         self._signal_all(signal.SIGSTOP)
 
     def _signal_all(self, sig: signal.Signals) -> None:
-        found = self._postmaster()
+        found = read_postmaster(self.pgdata)
         assert found is not None, "the node is not running"
         pid = found[0]
         for victim in (pid, *_children(pid)):
@@ -177,7 +179,7 @@ def replicated_pair(*, sync: bool) -> Iterator[Pair]:
         yield pair
     finally:
         for node in (standby, primary):
-            if not node.killed and node._postmaster() is not None:
+            if not node.killed and read_postmaster(node.pgdata) is not None:
                 node.stop("immediate")
         for home in homes:
             shutil.rmtree(home, ignore_errors=True)

@@ -20,12 +20,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from fleetq.core.embedded import (
-    EmbeddedServer,
-    fingerprint,
-    front_only_hba,
-    parse_listen,
-)
+from fleetq.core.embedded import EmbeddedServer
+from fleetq.core.embeddedconn import fingerprint, front_only_hba, parse_listen
 from fleetq.core.errors import EmbeddedServerError
 from fleetq.core.pgbinaries import Bundle, installed, prune_copies, runnable_copy
 from fleetq.core.tlsfront import SSL_REQUEST, read_state
@@ -116,7 +112,7 @@ def test_listen_serves_tls_only(home: Path) -> None:
             "\n# fleetq: TCP clients (--listen) authenticate with HOME/password\n"
             "host all all 0.0.0.0/0 scram-sha-256\nhostssl all all ::/0 scram-sha-256\n"
         )
-    assert not server.certificate_file.exists()
+    assert not server.certificate.file.exists()
     port = _free_port()
     status = server.ensure_running(listen=f"127.0.0.1:{port}")
     assert status.tcp_dsn is not None and status.listen == f"127.0.0.1:{port}"
@@ -129,7 +125,7 @@ def test_listen_serves_tls_only(home: Path) -> None:
     ]
     assert front_only_hba(hba.read_text()) == hba.read_text()
     # the key is the server user's own, 0600
-    key = server.key_file.stat()
+    key = server.certificate.key_file.stat()
     owner = pwd.getpwnam("fleetq-pg").pw_uid if os.geteuid() == 0 else os.geteuid()
     assert (stat.S_IMODE(key.st_mode), key.st_uid) == (0o600, owner)
 
@@ -140,7 +136,7 @@ def test_listen_serves_tls_only(home: Path) -> None:
         psycopg.connect(status.tcp_dsn.replace("sslmode=require", "sslmode=disable"))
     # verify-full against a client's copy of the certificate, checked by its fingerprint
     copy = home / "client-copy.crt"
-    shutil.copyfile(server.certificate_file, copy)
+    shutil.copyfile(server.certificate.file, copy)
     assert status.fingerprint == fingerprint(copy.read_text())
     verified = status.tcp_dsn.replace("sslmode=require", f"sslmode=verify-full&sslrootcert={copy}")
     with psycopg.connect(verified, connect_timeout=10) as conn:
@@ -229,7 +225,7 @@ def test_clear_text_sent_with_the_ssl_request_never_reaches_the_server(home: Pat
 
 
 def test_a_stale_state_file_naming_another_homes_front(home: Path) -> None:
-    """`_is_front` accepts any process whose command line says fleetq.core.tlsfront, so a
+    """`is_front` accepts any process whose command line says fleetq.core.tlsfront, so a
     stale front.json whose pid is reused by another home's front (kill -9, OOM, reboot
     with several homes) makes `status`/`start --listen` report this home served while
     nothing listens, and this home's `stop` kills the other home's front."""

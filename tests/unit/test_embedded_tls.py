@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from fleetq.core.embedded import certificate_names, front_only_hba
+from fleetq.core.embeddedconn import certificate_names, front_only_hba
 
 # initdb's lines (--auth-local=trust --auth-host=scram-sha-256), then fleetq's before TLS
 BEFORE_TLS = """\
