@@ -70,3 +70,30 @@ async def test_the_header_is_drawn_to_the_widths_of_the_rows_added_since() -> No
         await table._on_idle(events.Idle())  # the measure, before its resize is handled
         header, row = table.render_line(0).text, table.render_line(1).text
     assert header.index("how it ended") == row.index("end confirmed"), (header, row)
+
+
+async def test_a_changed_cell_draws_its_row_again_and_no_other() -> None:
+    """DataTable's own update_cell counts a change of the whole table: a clock ticking in
+    one column drew every visible row again each second (8 % of a core at rest in the
+    jobs view). A cell that keeps its width draws its own row again, and only that."""
+    app = _Ours()
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(Table)
+        sync(table, [(str(n), [str(n), f"11:59:{n:02}", "running"]) for n in range(20)])
+        await pilot.pause()
+        drawn: list[int] = []
+        compute = table._compute_row_renderables
+
+        def counted(row_index: int) -> Any:
+            drawn.append(row_index)
+            return compute(row_index)
+
+        table._compute_row_renderables = counted  # type: ignore[method-assign]
+        sync(table, [(str(n), [str(n), f"11:59:{n:02}", "running"]) for n in range(20)])
+        ages = [(str(n), [str(n), f"11:59:{n:02}", "running"]) for n in range(20)]
+        ages[7] = ("7", ["7", "11:59:07", "stopped"])
+        sync(table, ages)
+        await pilot.pause()
+        assert set(drawn) == {7}, drawn
+        assert "stopped" in table.render_line(8).text  # the header is line 0
+        assert "running" in table.render_line(9).text

@@ -20,6 +20,7 @@ from fleetq.console.views.filters import describe_filter, parse_filter
 from fleetq.console.views.job_cells import SORTS, coarse_age, lease, same_page, waiting
 from fleetq.console.views.table import (
     Cell,
+    Change,
     Row,
     Table,
     literal,
@@ -132,8 +133,8 @@ class JobsView(Vertical):
         return True
 
     @property
-    def table(self) -> DataTable[Cell]:
-        return self.query_one("#jobs-table", DataTable)
+    def table(self) -> Table:
+        return self.query_one("#jobs-table", Table)
 
     def selected(self) -> JobId | None:
         """The job under the cursor."""
@@ -219,6 +220,7 @@ class JobsView(Vertical):
             return
         by_id = {str(j.id): j for j in self.page.jobs}
         table = self.table
+        changes: list[Change] = []
         for key in visible_keys(table):
             job = by_id.get(key)
             if job is None:
@@ -228,7 +230,8 @@ class JobsView(Vertical):
                 ("age", coarse_age(job.created_at, now)),
             ):
                 if column in self.columns and table.get_cell(key, column) != literal(value):
-                    table.update_cell(key, column, value)
+                    changes.append((key, column, value))
+        table.update_cells(changes)
 
     def _row(self, job: Job, page: JobPage, now: datetime) -> Row:
         why: Cell = ""

@@ -16,7 +16,7 @@ from textual.widgets import DataTable
 from fleetq.console.dialogs import HourSheet
 from fleetq.console.messages import DrillDown, Heartbeats, RunnerHour
 from fleetq.console.text import age, bar, one_line, plain, state
-from fleetq.console.views.table import Cell, Table, selected_key, sync, visible_keys
+from fleetq.console.views.table import Cell, Change, Table, selected_key, sync, visible_keys
 from fleetq.core.models import Runner, RunnerState
 from fleetq.core.views import Heartbeat
 
@@ -107,13 +107,15 @@ class RunnersView(Vertical):
 
     def tick(self, now: datetime) -> None:
         """Redraw heartbeat ages of the rows on screen (those that changed)."""
-        table: DataTable[Cell] = self.query_one("#runners-table", DataTable)
+        table = self.query_one("#runners-table", Table)
         by_id: dict[str, Runner] = {r.id: r for r in self.runners}
+        changes: list[Change] = []
         for key in visible_keys(table):
             if (runner := by_id.get(key)) is not None:
                 beat = _heartbeat(runner, now)
                 if table.get_cell(key, "heartbeat") != beat:
-                    table.update_cell(key, "heartbeat", beat)
+                    changes.append((key, "heartbeat", beat))
+        table.update_cells(changes)
 
     def beat(self, beats: list[Heartbeat], now: datetime) -> None:
         """Fresh heartbeats (read once a second): the ages say how long ago, truly."""

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar
 
 from rich.cells import cell_len
 from rich.text import Text, TextType
 from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, RowKey
+from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
 
 from fleetq.console.text import escape
 
 Cell = Text | str
 Row = tuple[str, Sequence[Cell]]
+Change = tuple[RowKey | str, ColumnKey | str, Cell]  # a cell's row, column, new value
 
 
 def literal(cell: Cell) -> Cell:
@@ -60,7 +62,46 @@ class Table(DataTable[Cell]):
         *,
         update_width: bool = False,
     ) -> None:
-        super().update_cell(row_key, column_key, literal(value), update_width=update_width)
+        if update_width:  # a column grows: the whole table is laid out again anyway
+            super().update_cell(row_key, column_key, literal(value), update_width=True)
+        else:
+            self.update_cells([(row_key, column_key, value)])
+
+    def update_cells(self, changes: Iterable[Change]) -> None:
+        """Rewrite cells that keep their column's width, drawing again only their rows.
+
+        DataTable's own `update_cell` counts a change of the whole table, which every
+        cache of drawn cells and lines is keyed by, so one clock ticking in one column
+        drew every visible cell again each second (the jobs view at rest took 8 % of a
+        core at 160x48). Here only the changed rows' cached renderings are dropped."""
+        rows: set[RowKey] = set()
+        for row_key, column_key, value in changes:
+            row = RowKey(row_key) if isinstance(row_key, str) else row_key
+            column = ColumnKey(column_key) if isinstance(column_key, str) else column_key
+            if row not in self._row_locations or column not in self._column_locations:
+                raise CellDoesNotExist(f"no cell at row {row.value!r}, column {column.value!r}")
+            self._data[row][column] = literal(value)
+            rows.add(row)
+        if rows:
+            self._forget_rows(rows)
+
+    def _forget_rows(self, rows: set[RowKey]) -> None:
+        """Drop what DataTable drew of `rows` (cells, row lines, screen lines), and ask
+        for those rows alone to be drawn again."""
+        indices = {self._row_locations.get(row) for row in rows}
+        _discard(self._row_renderable_cache, lambda key: key[1] in indices)
+        _discard(self._cell_render_cache, lambda key: key[0] in rows)
+        _discard(self._row_render_cache, lambda key: key[0] in rows)
+        _discard(self._line_cache, lambda key: self._line_row(key[0]) in rows)
+        for index in indices:
+            if index is not None:
+                self.refresh_row(index)
+
+    def _line_row(self, y: int) -> RowKey | None:
+        try:
+            return self._get_offsets(y)[0]
+        except (LookupError, IndexError):
+            return None
 
     def action_first_row(self) -> None:
         if self.row_count:
@@ -73,6 +114,11 @@ class Table(DataTable[Cell]):
         self.scroll_end(animate=False, x_axis=False)
 
 
+def _discard(cache: LRUCache[Any, Any], stale: Callable[[Any], bool]) -> None:
+    for key in [key for key in cache.keys() if stale(key)]:  # noqa: SIM118 - no __iter__
+        cache.discard(key)
+
+
 def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
     """Make `table` show `rows` (key, cells) in order, keeping the cursor on its key.
 
@@ -83,14 +129,23 @@ def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
     current = [row.key.value for row in table.ordered_rows]
     if keys == current:
         columns = list(table.columns.items())
+        changes: list[Change] = []
         for key, cells in rows:
             old = table.get_row(key)
             for (column, spec), before, shown in zip(columns, old, cells, strict=False):
                 after = literal(shown) if isinstance(table, Table) else shown
-                if before != after:
-                    # Re-measuring a column is costly (a relayout): only when it must grow.
-                    wider = spec.auto_width and _width(after) > spec.content_width
-                    table.update_cell(key, column, after, update_width=wider)
+                if before == after:
+                    continue
+                # Re-measuring a column is costly (a relayout): only when it must grow.
+                if spec.auto_width and _width(after) > spec.content_width:
+                    table.update_cell(key, column, after, update_width=True)
+                elif isinstance(table, Table):
+                    changes.append((key, column, after))
+                else:
+                    table.update_cell(key, column, after)
+        if changes:
+            assert isinstance(table, Table)
+            table.update_cells(changes)
         return
     cursor_key = _cursor_key(table)
     cursor_row = table.cursor_row
