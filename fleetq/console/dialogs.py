@@ -275,7 +275,8 @@ Overlaps     every window two executions of one job ran at once; Enter opens the
 Schedules    next tick, last job fired (Enter opens it); p pause (a reason), u resume
 Drill down   Enter on a runner: its jobs (e: its events, h: its last hour: lease
              expiries, self-fences, stops, stale writes); Enter on a lane: its jobs
-Overview     a: the jobs behind the alerts (pending stops, overlaps); Enter opens one
+Overview     a: the jobs behind the alerts (stops, overlaps, jobs no runner can take);
+             Enter opens one
 Lanes        the highlighted lane's runners (who can claim its work now, why not the
              others) and its queue depth and wait by class, a column a minute, 60 min
 Screen       Z freezes it (Z again thaws; r reloads)   c copies the job's id and commit

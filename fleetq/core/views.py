@@ -312,7 +312,8 @@ class Heartbeat(_View):
 
 
 class AlertJob(_View):
-    """A job behind an overview alert (a pending stop, an open overlap)."""
+    """A job behind an overview alert (a pending or unconfirmed stop, an open overlap, a
+    queued job no runner can take)."""
 
     job_id: JobId
     alert: str
@@ -392,6 +393,7 @@ async def runner_hour(
 
 
 async def alert_jobs(driver: Driver, *, limit: int = 50) -> list[AlertJob]:
-    """The jobs behind the alerts: pending stops and open overlaps."""
+    """The jobs behind the alerts: pending and unconfirmed stops, open overlaps, and
+    queued jobs no runner can take."""
     rows = await driver.fetch(queries.sql("views_alert_jobs"), limit)
     return [AlertJob.model_validate(r) for r in rows]

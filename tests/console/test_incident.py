@@ -533,3 +533,28 @@ async def test_incident_search_finds_a_lease_expiry_behind_thousands_of_newer_ev
         assert newest - expired[0].id > 1200
         table: DataTable[Any] = app.query_one("#events-table", DataTable)
         assert _row_keys(table) == [str(e.id) for e in view.found]
+
+
+async def test_alert_jobs_list_each_alert_s_jobs_and_enter_opens_one(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: "N queued job(s) no runner can take" and unconfirmed stops named no
+    job, and the panel had none of theirs to open; a job behind two alerts is one row."""
+    dsn, ids = fleet
+    with connect(dsn, autocommit=True) as conn:  # a runner that could not stop a job
+        conn.execute(
+            "UPDATE fleetq.runners SET state = 'draining', state_reason = $1 "
+            "WHERE id = 'build-1/r1'",
+            [f"stop-unconfirmed: job {ids['stopping']}"],
+        )
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        table = app.query_one("#alert-jobs", DataTable)
+        rows = {key: str(table.get_row(key)[1]) for key in _row_keys(table)}
+        assert rows[str(ids["stopping"])] == "stop pending, stop unconfirmed"
+        assert rows[str(ids["unplaceable"])] == "no runner can take it"
+        await pilot.press("a")
+        table.move_cursor(row=table.get_row_index(str(ids["unplaceable"])))
+        await show(pilot, "enter")
+        assert (app.current, app.detail_job) == ("detail", ids["unplaceable"])

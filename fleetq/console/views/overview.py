@@ -18,7 +18,7 @@ from fleetq.console.text import STATE_STYLES, age, duration, escape, plain, spar
 from fleetq.console.typeahead import focus_now
 from fleetq.console.views.lanes import HISTORY, show_lanes
 from fleetq.console.views.runners import with_beats
-from fleetq.console.views.table import Cell, Table, sync
+from fleetq.console.views.table import Cell, Row, Table, sync
 from fleetq.core.models import Event, JobId, Runner
 from fleetq.core.views import THROUGHPUT_BUCKET_S, AlertJob, Heartbeat, Overview
 
@@ -54,8 +54,13 @@ def alert_strip(overview: Overview, now: datetime) -> Text:
         text.append(": a runner could not stop a job and drained itself\n")
     if alerts.unplaceable:
         text.append(f"▲ {alerts.unplaceable} queued job(s) no runner can take", style="bold red")
-        text.append(" (even with all capacity free): see `4` on one of them\n")
-    if alerts.stops_pending or alerts.open_overlaps:
+        text.append(" (even with all capacity free): `4` on one says why\n")
+    if (
+        alerts.stops_pending
+        or alerts.stops_unconfirmed
+        or alerts.open_overlaps
+        or (alerts.unplaceable)
+    ):
         text.append("  a: the jobs behind these alerts (Enter opens one)", style="italic")
     text.rstrip()
     return text
@@ -174,13 +179,7 @@ class OverviewView(Vertical):
         self.query_one("#alerts", Static).update(alert_strip(overview, now))
         if alert_jobs is not None:
             self.set_class(bool(alert_jobs), "alerting")
-            sync(
-                self.query_one("#alert-jobs", DataTable),
-                [
-                    (str(a.job_id), [str(a.job_id), a.alert, plain(a.runner_id or "")])
-                    for a in alert_jobs
-                ],
-            )
+            sync(self.query_one("#alert-jobs", DataTable), _alert_rows(alert_jobs))
         show_lanes(self.query_one("#overview-lanes", DataTable), overview, now, LANE_COLUMNS)
         waits = Text()
         for w in overview.waits:
@@ -246,3 +245,22 @@ class OverviewView(Vertical):
                 for r in self.runners
             ],
         )
+
+
+def _alert_rows(jobs: list[AlertJob]) -> list[Row]:
+    """One row per job (a row's key is its job), its alerts together: a cancelled job
+    whose runner could not stop it is both a pending and an unconfirmed stop."""
+    alerts: dict[JobId, list[AlertJob]] = {}
+    for job in jobs:
+        alerts.setdefault(job.job_id, []).append(job)
+    return [
+        (
+            str(job),
+            [
+                str(job),
+                ", ".join(a.alert for a in found),
+                plain(next((a.runner_id for a in found if a.runner_id), "")),
+            ],
+        )
+        for job, found in alerts.items()
+    ]

@@ -276,12 +276,45 @@ GROUP BY e.kind
 ORDER BY count(*) DESC, kind;
 
 -- name: views_alert_jobs
--- The jobs behind the overview's alerts, so an operator can open each: cancelled jobs
--- whose stop is pending, and jobs running twice at once. $1 at most this many of each
+-- The jobs behind the overview's alerts (views_alerts), so an operator can open each:
+-- cancelled jobs whose stop is pending, stops a runner could not confirm (the job its
+-- state reason names), jobs running twice at once, and queued jobs no online runner could
+-- take even when idle (views_alerts' rule, by job shape). $1 at most this many of each.
+WITH shapes AS (
+    SELECT lane, capabilities, requested_node, memory_mb, cpu_millis
+    FROM fleetq.jobs
+    WHERE state = 'queued'
+    GROUP BY lane, capabilities, requested_node, memory_mb, cpu_millis
+),
+unplaceable AS (
+    SELECT s.*
+    FROM shapes s
+    WHERE NOT EXISTS (
+        SELECT 1
+        FROM fleetq.runners r
+        JOIN fleetq.runner_lanes l ON l.runner_id = r.id AND l.lane = s.lane
+        WHERE r.state <> 'offline' AND NOT fleetq.runner_is_stale(r.last_heartbeat_at)
+          AND fleetq.ineligibility(s.capabilities, s.requested_node, s.memory_mb, s.cpu_millis,
+                                   r.node, r.capabilities, 'active', false,
+                                   r.memory_mb, r.cpu_millis, l.slots, 0) IS NULL)
+)
 (SELECT id AS job_id, 'stop pending' AS alert, reserved_on AS runner_id
  FROM fleetq.jobs WHERE reserved_on IS NOT NULL AND state = 'cancelled'
  ORDER BY id LIMIT $1::integer)
 UNION ALL
+(SELECT substring(state_reason FROM 'job ([0-9]{1,18})')::bigint, 'stop unconfirmed', id
+ FROM fleetq.runners
+ WHERE state_reason LIKE 'stop-unconfirmed%' AND state_reason ~ 'job [0-9]{1,18}'
+ ORDER BY id LIMIT $1::integer)
+UNION ALL
 (SELECT job_id, 'overlap', min(runner_id)
  FROM fleetq.all_executions WHERE ended_at IS NULL
- GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id LIMIT $1::integer);
+ GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id LIMIT $1::integer)
+UNION ALL
+(SELECT j.id, 'no runner can take it', NULL
+ FROM fleetq.jobs j
+ JOIN unplaceable u ON u.lane = j.lane AND u.capabilities = j.capabilities
+                   AND u.requested_node IS NOT DISTINCT FROM j.requested_node
+                   AND u.memory_mb = j.memory_mb AND u.cpu_millis = j.cpu_millis
+ WHERE j.state = 'queued'
+ ORDER BY j.id LIMIT $1::integer);
