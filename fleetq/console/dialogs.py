@@ -205,7 +205,9 @@ class ReasonForm(Asking):
 
 INCIDENT_KINDS = {  # event kind: what it means for the runner's hour
     "lease_expired": "lease expiries (its jobs reassigned)",
-    "released": "leases it gave up (self-fences, shutdowns)",
+    "self_fenced": "runs it stopped, its lease out of reach",
+    "overlap": "runs alive beside another run of their job",
+    "released": "leases it gave up (shutdowns, after a fence)",
     "stopped": "executions stopped (superseded, cancelled)",
     "stale_rejected": "stale writes rejected",
     "stale_self_race": "stale writes racing itself",

@@ -5,7 +5,7 @@ app before any of them is handled (`burst`), not one key per turn as `pilot.pres
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -17,7 +17,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Input, Static
 from textual.widgets._footer import FooterKey
 
-from fleetq.console.dialogs import DrainForm, Help
+from fleetq.console.dialogs import DrainForm, Help, HourSheet
 from fleetq.console.messages import Hint
 from fleetq.console.typeahead import HOLD_LIMIT_S
 from fleetq.console.views.detail import DetailView
@@ -28,8 +28,9 @@ from fleetq.console.views.runners import RunnersView
 from fleetq.core import roles
 from fleetq.core.db import as_uri, connect
 from fleetq.core.models import JobId, JobState, Runner, RunnerId, RunnerState
-from fleetq.core.views import JobFilter
+from fleetq.core.views import EventQuery, JobFilter
 from tests import factories
+from tests.console import scenario
 from tests.console.conftest import SIZE, console, show, until
 
 NAMES = {"/": "slash", ":": "colon", " ": "space", "\n": "enter"}
@@ -558,3 +559,29 @@ async def test_alert_jobs_list_each_alert_s_jobs_and_enter_opens_one(
         table.move_cursor(row=table.get_row_index(str(ids["unplaceable"])))
         await show(pilot, "enter")
         assert (app.current, app.detail_job) == ("detail", ids["unplaceable"])
+
+
+async def test_h_shows_a_runner_s_hour_with_its_overlaps_and_e_its_events(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: the hour counted no overlaps (edge-1's run of job 2 outlived its lease
+    beside build-1's), and `h` had no Pilot test."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "5")
+        table = app.query_one(RunnersView).query_one(DataTable)
+        table.move_cursor(row=table.get_row_index("edge-1/r1"))
+        await pilot.press("h")
+        await until(pilot, lambda: isinstance(app.screen, HourSheet))
+        sheet = "\n".join(str(w.render()) for w in app.screen.query(Static))
+        counts = {
+            words[1]: int(words[2])
+            for line in sheet.splitlines()
+            if len(words := line.split()) > 2 and words[0] == "▲"
+        }
+        assert counts["overlap"] == 1 and counts["lease_expired"] == 1, sheet
+        await pilot.press("e")
+        await until(pilot, lambda: app.current == "events" and not app.busy)
+        since = scenario.CLOCK - timedelta(hours=1)
+        assert app.query_one(EventsView).query_ == EventQuery(runner="edge-1/r1", since=since)

@@ -79,6 +79,8 @@ async def test_every_incident_read_answers_on_the_scenario(
 
         hour = {kind: n for kind, n, _ in await source.runner_hour("edge-1/r1", at)}
         assert hour["lease_expired"] == 1 and hour["stale_rejected"] == 1
+        assert hour["overlap"] == 1 and "self_fenced" not in hour  # superseded, not fenced
+        assert "overlap" not in {k for k, _, _ in await source.runner_hour("gpu-1/r1", at)}
         with connect(dsn, autocommit=True) as conn:  # a runner that could not stop a job
             conn.execute(
                 "UPDATE fleetq.runners SET state = 'draining', "

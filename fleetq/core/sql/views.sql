@@ -263,16 +263,33 @@ LIMIT $7::integer;
 
 -- name: views_runner_hour
 -- A runner's incidents since $2: how many of each kind of event it was part of (lease
--- expiries, self-fences, supersessions, stale writes rejected, reassignments...). $1 runner,
--- $2 since. The window's first id is found by walking the primary key back from the
--- newest (as views_queue_wait does): the cost follows the hour, not history.
+-- expiries, self-fences, supersessions, stale writes rejected, reassignments...), a stop
+-- it made by fencing itself counted as `self_fenced`, and the overlaps (two executions of
+-- one job alive at once) it was one side of among the jobs it touched. $1 runner, $2 since.
+-- The window's first id is found by walking the primary key back from the newest (as
+-- views_queue_wait does): the cost follows the hour, not history.
 WITH since AS (
     SELECT coalesce(max(id), 0) AS id FROM fleetq.events WHERE at < $2::timestamptz
+),
+mine AS (
+    SELECT CASE WHEN e.kind = 'stopped' AND e.detail ->> 'reason' = 'self_fenced'
+                THEN 'self_fenced' ELSE e.kind END AS kind,
+           e.at, e.job_id
+    FROM since JOIN fleetq.events e ON e.id > since.id
+    WHERE e.runner_id = $1::text
+),
+overlapped AS (
+    SELECT 'overlap' AS kind, greatest(a.launched_at, b.launched_at) AS at
+    FROM (SELECT DISTINCT job_id FROM mine WHERE job_id IS NOT NULL) touched
+    JOIN fleetq.all_executions a ON a.job_id = touched.job_id
+    JOIN fleetq.all_executions b ON b.job_id = a.job_id AND b.lease_version > a.lease_version
+    WHERE $1::text IN (a.runner_id, b.runner_id)
+      AND b.launched_at < coalesce(a.ended_at, 'infinity')
+      AND a.launched_at < coalesce(b.ended_at, 'infinity')
 )
-SELECT e.kind, count(*) AS events, max(e.at) AS last_at
-FROM since JOIN fleetq.events e ON e.id > since.id
-WHERE e.runner_id = $1::text
-GROUP BY e.kind
+SELECT kind, count(*) AS events, max(at) AS last_at
+FROM (SELECT kind, at FROM mine UNION ALL SELECT kind, at FROM overlapped) incidents
+GROUP BY kind
 ORDER BY count(*) DESC, kind;
 
 -- name: views_alert_jobs
