@@ -35,6 +35,21 @@ def _css(name: str) -> str:
     return DIALOG_CSS.replace("DIALOG", name)
 
 
+class Choice(Button):
+    """A dialog's button that shows it has the focus in its own text, `[ No ]`, not only
+    by colour and reverse video, which NO_COLOR and some terminals do not show."""
+
+    def __init__(self, label: str, **options: str) -> None:
+        self.choice = label
+        super().__init__(Text(f"  {label}  "), **options)  # type: ignore[arg-type]
+
+    def on_focus(self) -> None:
+        self.label = Text(f"[ {self.choice} ]")
+
+    def on_blur(self) -> None:
+        self.label = Text(f"  {self.choice}  ")
+
+
 class Confirm(ModalScreen[bool]):
     """Yes or no on an action that names its targets and its exact effect.
 
@@ -63,8 +78,8 @@ class Confirm(ModalScreen[bool]):
                 Text("y: yes    n / Esc: no    Enter: the highlighted button (Tab moves)", "dim")
             )
             with Horizontal(classes="buttons"):
-                yield Button("Yes", id="yes", variant="error")
-                yield Button(Text("[ No ]"), id="no", variant="primary")
+                yield Choice("Yes", id="yes", variant="error")
+                yield Choice("No", id="no", variant="primary")
 
     def on_mount(self) -> None:
         focus_now(self.query_one("#no", Button))
@@ -161,8 +176,8 @@ class DrainForm(Asking):
             )
             yield Static(Text(KEYS_LINE.format(verb="Drain"), style="dim"))
             with Horizontal(classes="buttons"):
-                yield Button("Drain", id="yes", variant="error")
-                yield Button(Text("[ No ]"), id="no", variant="primary")
+                yield Choice("Drain", id="yes", variant="error")
+                yield Choice("No", id="no", variant="primary")
 
     def on_mount(self) -> None:
         table: DataTable[Text | str] = self.query_one("#preview", DataTable)
@@ -199,8 +214,8 @@ class ReasonForm(Asking):
             )
             yield Static(Text(KEYS_LINE.format(verb=self.verb), style="dim"))
             with Horizontal(classes="buttons"):
-                yield Button(self.verb, id="yes", variant="error")
-                yield Button(Text("[ No ]"), id="no", variant="primary")
+                yield Choice(self.verb, id="yes", variant="error")
+                yield Choice("No", id="no", variant="primary")
 
 
 INCIDENT_KINDS = {  # event kind: what it means for the runner's hour

@@ -585,3 +585,23 @@ async def test_h_shows_a_runner_s_hour_with_its_overlaps_and_e_its_events(
         await until(pilot, lambda: app.current == "events" and not app.busy)
         since = scenario.CLOCK - timedelta(hours=1)
         assert app.query_one(EventsView).query_ == EventQuery(runner="edge-1/r1", since=since)
+
+
+async def test_the_focused_button_says_so_in_its_own_text(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: `[ No ]` was bracketed whatever had the focus, so after Tab to Yes a
+    terminal without colour (NO_COLOR) still showed No as the one Enter would press."""
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        table = app.query_one(JobsView).query_one(DataTable)
+        table.move_cursor(row=table.get_row_index(str(ids["running"])))
+        await pilot.press("C")
+        await until(pilot, lambda: isinstance(app.screen.focused, Button))
+        yes, no = app.screen.query_one("#yes", Button), app.screen.query_one("#no", Button)
+        assert (str(yes.label), str(no.label)) == ("  Yes  ", "[ No ]")
+        await pilot.press("tab")
+        await until(pilot, lambda: app.screen.focused is yes)
+        assert (str(yes.label), str(no.label)) == ("[ Yes ]", "  No  ")
