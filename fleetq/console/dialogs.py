@@ -252,6 +252,9 @@ class HourSheet(ModalScreen[bool]):
             yield Static(hour_text(self.kinds))
             yield Static(Text("e or Enter: these events in the events view    Esc: close", "dim"))
 
+    def on_mount(self) -> None:
+        self.app.release_keys()  # type: ignore[attr-defined]  # held by `h`
+
     def action_close(self, events: bool) -> None:
         self.dismiss(events)
 

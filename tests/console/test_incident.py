@@ -605,3 +605,27 @@ async def test_the_focused_button_says_so_in_its_own_text(
         await pilot.press("tab")
         await until(pilot, lambda: app.screen.focused is yes)
         assert (str(yes.label), str(no.label)) == ("[ Yes ]", "  No  ")
+
+
+async def test_keys_typed_after_h_and_a_wait_for_what_they_ask(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: `h e` in one burst gave the `e` to the runners view (its events), not
+    to the hour sheet; `A C` offered to cancel the row under the cursor alone."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "5")
+        table = app.query_one(RunnersView).query_one(DataTable)
+        table.move_cursor(row=table.get_row_index("edge-1/r1"))
+        burst(pilot, "he")
+        await until(pilot, lambda: app.current == "events" and not app.busy)
+        assert app.query_one(EventsView).query_.since is not None  # the hour's, via its sheet
+        await show(pilot, "3")
+        await pilot.press("slash", *"state:queued", "enter")
+        await until(pilot, lambda: app.where.state == JobState.QUEUED and not app.busy)
+        view = app.query_one(JobsView)
+        assert view.page is not None and len(view.page.jobs) > 1
+        burst(pilot, "AC")
+        await until(pilot, lambda: isinstance(app.screen.focused, Button))
+        assert f"{len(view.page.jobs)} jobs" in str(app.screen.body), app.screen.body  # type: ignore[attr-defined]

@@ -57,7 +57,8 @@ class JobsView(Vertical):
         Binding("slash", "filter", "Filter", priority=True),  # acts before the next key
         Binding("space", "mark", "Mark"),
         Binding("v", "mark_range", "Mark range", show=False),
-        Binding("A", "mark_all", "Mark all matching", show=False),
+        # priority: the keys typed after it wait for the marks (`A C` cancels them all)
+        Binding("A", "mark_all", "Mark all matching", show=False, priority=True),
         Binding("escape", "escape", "Clear filter / marks", show=False),
         Binding("w", "wide", "Wide", show=False),
         Binding("s", "sort", "Sort", show=False),
@@ -142,9 +143,9 @@ class JobsView(Vertical):
         return JobId(int(key)) if key else None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """`/` is a priority key (so it acts before the keys typed after it); inside a
-        box it is only a slash (`runner:node-a/r1`)."""
-        if action == "filter":
+        """`/` and `A` are priority keys (so they act before the keys typed after them);
+        inside a box they are only a slash (`runner:node-a/r1`) and a letter."""
+        if action in ("filter", "mark_all"):
             return not isinstance(self.app.focused, Input)
         return True
 
@@ -315,6 +316,7 @@ class JobsView(Vertical):
 
     def action_mark_all(self) -> None:
         """A: mark every job matching the filter, however many (read on the server)."""
+        self.app.hold_keys("the marks")  # type: ignore[attr-defined]  # `A C`: what A marks
         self.post_message(self.MarkAll(self.where))
 
     def mark_all(self, where: JobFilter, ids: list[JobId]) -> None:
@@ -330,6 +332,7 @@ class JobsView(Vertical):
     def _marked_all(self, message: MarkedAll) -> None:
         if message.where == self.where:
             self.mark_all(message.where, message.ids)
+        self.app.release_keys()  # type: ignore[attr-defined]  # held by `A`
 
     @on(Progress)
     def _progress(self, message: Progress) -> None:

@@ -40,7 +40,7 @@ class RunnersView(Vertical):
     jobs, `e` its events."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("h", "hour", "Its last hour"),
+        Binding("h", "hour", "Its last hour", priority=True),  # `h e`: the e is the sheet's
         Binding("e", "events", "Its events", show=False),
     ]
 
@@ -70,6 +70,7 @@ class RunnersView(Vertical):
 
     def action_hour(self) -> None:
         if (runner := self.selected()) is not None:
+            self.app.hold_keys("the runner's hour")  # type: ignore[attr-defined]  # `h e`
             self.post_message(self.HourAsked(runner))
 
     @on(Heartbeats)
