@@ -135,6 +135,15 @@ class OverviewView(Vertical):
         for name in ("job", "alert", "runner"):
             jobs.add_column(name, key=name)
         self.runners: list[Runner] = []
+        self._texts: dict[str, Text] = {}  # what each panel shows now (`_put`)
+
+    def _put(self, panel: str, text: Text) -> None:
+        """Put `text` in a panel if it differs from what is there: a Static's update lays
+        the whole screen out again (a resync every 5 s redrew the overview four times
+        over, for the same text)."""
+        if self._texts.get(panel) != text:
+            self._texts[panel] = text
+            self.query_one(f"#{panel}", Static).update(text)
 
     def on_resize(self) -> None:
         self.set_class(self.size.height < SHORT, "short")  # 80x24: the runners first
@@ -162,7 +171,7 @@ class OverviewView(Vertical):
     def stale(self, since: datetime, why: str) -> None:
         """The console lost the database: say so where 'all clear' would be."""
         self._shown = None
-        self.query_one("#alerts", Static).update(stale_strip(since, why))
+        self._put("alerts", stale_strip(since, why))
 
     def show(
         self,
@@ -176,7 +185,7 @@ class OverviewView(Vertical):
         if (overview, recent) == self._shown:
             return
         self._shown = (overview, recent)
-        self.query_one("#alerts", Static).update(alert_strip(overview, now))
+        self._put("alerts", alert_strip(overview, now))
         if alert_jobs is not None:
             self.set_class(bool(alert_jobs), "alerting")
             sync(self.query_one("#alert-jobs", DataTable), _alert_rows(alert_jobs))
@@ -187,14 +196,14 @@ class OverviewView(Vertical):
             waits.append(f"p50 {duration(w.p50_s)}  p95 {duration(w.p95_s)}  ({w.jobs} jobs)\n")
         if not overview.waits:
             waits.append("no job claimed in the window", style="dim")
-        self.query_one("#waits", Static).update(waits)
+        self._put("waits", waits)
         total = sum(overview.throughput)
         spark = Text(sparkline(overview.throughput), style="green")
         spark.append(
             f"\n{total} finished, {overview.throughput[-1] if overview.throughput else 0} "
             f"in the last {THROUGHPUT_BUCKET_S}s bucket"
         )
-        self.query_one("#throughput", Static).update(spark)
+        self._put("throughput", spark)
         counts = Counter("offline" if r.offline else r.state.value for r in overview.runners)
         fleet = Text()
         for name in ("active", "paused", "draining", "drained", "offline"):
@@ -203,7 +212,7 @@ class OverviewView(Vertical):
                 fleet.append("  ")
         if not overview.runners:
             fleet.append("no runner registered yet", style="dim")
-        self.query_one("#fleet", Static).update(fleet)
+        self._put("fleet", fleet)
         self.runners = overview.runners
         self._show_runners(now)
         sync(
