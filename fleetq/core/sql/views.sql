@@ -247,18 +247,23 @@ CROSS JOIN LATERAL fleetq.cancel(t.id, $2::text, $3::text) c;
 -- Incident search: events by runner, job, kind and time range, newest first, one page
 -- at a time with no cap on how far back (the next page starts below the last id seen).
 -- Walks the events' primary key down from $6: a page costs the rows it passes, so a
--- sparse filter over a long history reads further, never all of it for a full page.
+-- sparse filter over a long history reads further, never all of it for a full page; with
+-- a start time the walk stops at the last event before it (found by walking the key back
+-- from the newest, as views_runner_hour does), not at the first event ever.
 -- $1 runner, $2 job, $3 kind, $4 from (inclusive), $5 until (exclusive), $6 below this
 -- id (NULL: from the newest), $7 page size
-SELECT *
-FROM fleetq.events
-WHERE ($1::text IS NULL OR runner_id = $1::text)
-  AND ($2::bigint IS NULL OR job_id = $2::bigint)
-  AND ($3::text IS NULL OR kind = $3::text)
-  AND ($4::timestamptz IS NULL OR at >= $4::timestamptz)
-  AND ($5::timestamptz IS NULL OR at < $5::timestamptz)
-  AND ($6::bigint IS NULL OR id < $6::bigint)
-ORDER BY id DESC
+SELECT e.*
+FROM (SELECT CASE WHEN $4::timestamptz IS NULL THEN 0
+                  ELSE (SELECT coalesce(max(id), 0) FROM fleetq.events
+                        WHERE at < $4::timestamptz) END AS id) floor
+JOIN fleetq.events e ON e.id > floor.id
+WHERE ($1::text IS NULL OR e.runner_id = $1::text)
+  AND ($2::bigint IS NULL OR e.job_id = $2::bigint)
+  AND ($3::text IS NULL OR e.kind = $3::text)
+  AND ($4::timestamptz IS NULL OR e.at >= $4::timestamptz)
+  AND ($5::timestamptz IS NULL OR e.at < $5::timestamptz)
+  AND ($6::bigint IS NULL OR e.id < $6::bigint)
+ORDER BY e.id DESC
 LIMIT $7::integer;
 
 -- name: views_runner_hour
