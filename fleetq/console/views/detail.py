@@ -69,6 +69,7 @@ class DetailView(VerticalScroll):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.detail: JobDetail | None = None
+        self._head_text: Text | None = None  # what the head shows now
         self.search = ""  # only output lines holding this (case-insensitive)
 
     def compose(self) -> ComposeResult:
@@ -108,15 +109,21 @@ class DetailView(VerticalScroll):
         self.scroll_home(animate=False)
 
     def tick(self, now: datetime) -> None:
-        """Once a second: the head's ages ("submitted 13s ago") move on."""
+        """Once a second: the head's ages ("submitted 13s ago") move on, drawn again only
+        when their text changed (a Static's update lays the screen out again)."""
         if self.detail is not None:
-            self.query_one("#detail-head", Static).update(head_text(self.detail, now))
+            self._head(head_text(self.detail, now))
+
+    def _head(self, text: Text) -> None:
+        if text != self._head_text:
+            self._head_text = text
+            self.query_one("#detail-head", Static).update(text)
 
     def show(self, detail: JobDetail, now: datetime) -> None:
         """Put a job's detail on screen."""
         self.detail = detail
         job = detail.job
-        self.query_one("#detail-head", Static).update(head_text(detail, now))
+        self._head(head_text(detail, now))
         explanation = detail.explanation
         summary = plain(explanation.summary(), "green" if explanation.eligible else "bold red")
         if job.state != JobState.QUEUED:
@@ -178,7 +185,7 @@ class DetailView(VerticalScroll):
     def clear(self, why: str, *, style: str = "bold red") -> None:
         """Nothing to show (e.g. the job does not exist)."""
         self.detail = None
-        self.query_one("#detail-head", Static).update(Text(why, style=style))
+        self._head(Text(why, style=style))
         for name in ("#detail-summary", "#detail-timeline", "#detail-output"):
             self.query_one(name, Static).update("")
         for table in self.query(DataTable):
