@@ -91,7 +91,9 @@ def tick(app: ConsoleApp) -> None:
     try:
         if app.current == "jobs":
             app.query_one(JobsView).tick(now)
-        elif app.current == "runners":
+        elif app.current == "runners" and app.source.clock is not None:
+            # live, the heartbeats read each second moves the ages on (`lookups`): a tick
+            # of its own, out of step with it, drew every heartbeat cell twice a second
             app.query_one(RunnersView).tick(now)
         elif app.current == "detail":
             app.query_one(DetailView).tick(now)
