@@ -575,15 +575,17 @@ class Report:
     rows: list[Row]
     new: list[Row]  # uncovered, not waived, not in the baseline
     gone: list[str]  # baseline entries covered (or no longer guards) now
+    stale: list[str]  # waivers that name no guard any more (its line changed or went)
 
     @property
     def ok(self) -> bool:
-        return not self.new and not self.gone
+        return not self.new and not self.gone and not self.stale
 
 
 def check() -> Report:
     rows = table()
-    _, baseline = load_lists()
+    waived, baseline = load_lists()
+    stale = sorted(set(waived) - {r.guard.key for r in rows})
     uncovered = [r for r in rows if not r.mutants and r.waived is None]
     left = Counter(baseline)
     new = []
@@ -593,7 +595,7 @@ def check() -> Report:
         else:
             new.append(r)
     gone = sorted((+left).elements())
-    return Report(rows, new, gone)
+    return Report(rows, new, gone, stale)
 
 
 def summary(report: Report) -> str:
@@ -612,6 +614,8 @@ def summary(report: Report) -> str:
         text += f"\n  UNCOVERED {g.file}:{g.lines[0]} {g.function}: {g.text}"
     for key in report.gone:
         text += f"\n  COVERED NOW, remove from the baseline in {LISTS.name}: {key}"
+    for key in report.stale:
+        text += f"\n  NO SUCH GUARD, remove its waiver from {LISTS.name}: {key}"
     return text
 
 

@@ -142,3 +142,11 @@ def test_check_is_a_ratchet(protocol: Path) -> None:
         f'[[waived]]\nguard = {guards.toml_string(locked)}\nreason = "a test"\n'
     )
     assert guards.check().ok
+    # a waiver naming a line that is no longer a guard (changed or gone) must go too
+    (protocol / "guards.toml").write_text(
+        f"[baseline]\nuncovered = [\n{listed}\n]\n"
+        f'[[waived]]\nguard = {guards.toml_string(locked)}\nreason = "a test"\n'
+        '[[waived]]\nguard = "take | IF v_gone THEN"\nreason = "gone"\n'
+    )
+    report = guards.check()
+    assert report.stale == ["take | IF v_gone THEN"] and not report.ok
