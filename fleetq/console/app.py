@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import getpass
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from pathlib import Path
 from typing import ClassVar
 
 from textual import events, on
@@ -24,12 +23,7 @@ from textual.widgets import ContentSwitcher, Footer, Header, Input
 
 from fleetq.console import screen
 from fleetq.console.acting import ACTIONS, Operator
-from fleetq.console.commands import (
-    VIEWS,
-    parse_command,
-    subtitle,
-    system_commands,
-)
+from fleetq.console.commands import VIEWS, parse_command, subtitle, system_commands
 from fleetq.console.dialogs import CommandLine, Help
 from fleetq.console.keys import GLOBAL_BINDINGS, KEYBOARD_MOVERS
 from fleetq.console.live import Follower
@@ -37,6 +31,7 @@ from fleetq.console.lookups import Lookups
 from fleetq.console.messages import (
     AccessRead,
     Acted,
+    AfterKeys,
     DrainPreview,
     DrillDown,
     Health,
@@ -63,7 +58,7 @@ from fleetq.console.views.schedules import SchedulesView
 from fleetq.core.models import JobId
 from fleetq.core.views import JobFilter, Overview
 
-__all__ = ["VIEWS", "ConsoleApp", "run_console"]
+__all__ = ["VIEWS", "ConsoleApp"]
 
 
 class ConsoleApp(App[None]):
@@ -142,7 +137,7 @@ class ConsoleApp(App[None]):
         self.lookups.boot()
         focus_view(self, self.current)  # the view opened on (--view) has the keyboard
         if self.source.clock is None:
-            self.set_interval(1.0, self._tick)
+            self.set_interval(1.0, lambda: tick(self))  # ages move on
 
     async def on_unmount(self) -> None:
         await self.source.close()
@@ -242,9 +237,6 @@ class ConsoleApp(App[None]):
         if self.stale_since is not None:
             self.query_one(OverviewView).stale(self.stale_since, self.stale_why)
         self.refresh_bindings()
-
-    def _tick(self) -> None:  # once a second
-        tick(self)
 
     # ---- navigation ----------------------------------------------------------------
 
@@ -348,11 +340,33 @@ class ConsoleApp(App[None]):
 
     def action_cancel_jobs(self) -> None:
         """Cancel the marked jobs (or the selected one), after a confirmation."""
-        self.operator.cancel_jobs()
+        self.after_keys("the cancel dialog", self.operator.cancel_jobs)
 
     def action_runner_state(self, state: str) -> None:
         """Drain, pause or resume the selected runner (or schedule), after asking."""
-        self.operator.runner_state(state)
+        self.after_keys(f"the {state} dialog", lambda: self.operator.runner_state(state))
+
+    def after_keys(self, why: str, act: Callable[[], None], *, released: bool = True) -> None:
+        """Run a priority key's action after the keys typed before it, queued at the
+        focused widget (`jC`: C read the cursor before the j moved it), holding the keys
+        typed after it; released after `act` unless it holds them itself or not
+        `released` (then what it opens releases them)."""
+        target = self.focused
+        if target is None:
+            act()
+            return
+        self.hold_keys(why)
+
+        def run() -> None:
+            act()
+            if released and self.typeahead.waiting_for == why:
+                self.release_keys()
+
+        target.post_message(AfterKeys(run))
+
+    @on(AfterKeys)
+    def _after_keys(self, message: AfterKeys) -> None:
+        message.act()
 
     @on(DrainPreview)
     @while_open
@@ -384,13 +398,3 @@ class ConsoleApp(App[None]):
         )
         if not acted.error:
             self.post_message(Hint())
-
-
-def run_console(
-    dsn: str, *, readonly: bool = False, title: str | None = None, log: Path | None = None
-) -> None:
-    """Run the console on `dsn` until the operator quits (blocks). Meanwhile log records,
-    warnings and thread exceptions go to `log` (default `screen.default_log()`), never
-    over the screen."""
-    with screen.owned(log or screen.default_log()):
-        ConsoleApp(dsn, readonly=readonly, title=title).run()

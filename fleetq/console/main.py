@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from fleetq import __version__
 from fleetq.console import screen
@@ -64,3 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def run_console(
+    dsn: str, *, readonly: bool = False, title: str | None = None, log: Path | None = None
+) -> None:
+    """Run the console on `dsn` until the operator quits (blocks). Meanwhile log records,
+    warnings and thread exceptions go to `log` (default `screen.default_log()`), never
+    over the screen."""
+    with screen.owned(log or screen.default_log()):
+        ConsoleApp(dsn, readonly=readonly, title=title).run()

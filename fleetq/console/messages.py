@@ -167,6 +167,15 @@ class ReleaseKeys(Message):
     """What held keys waited for is ready: route them (typeahead)."""
 
 
+class AfterKeys(Message):
+    """Posted to the focused widget, it reaches the app behind the keys queued there
+    before it, which bubble the same way up to their bindings: `act` runs after them."""
+
+    def __init__(self, act: Callable[[], None]) -> None:
+        super().__init__()
+        self.act = act
+
+
 class MarkedAll(Message):
     """Every job matching `where` (mark all that match), read on the server."""
 

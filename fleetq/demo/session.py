@@ -211,7 +211,7 @@ def _stream(
 def _console(dsn: str, say: Sayer) -> None:
     """Open the console on the demo's database until the operator quits; meanwhile log
     lines go to the demo's log file, never over the screen."""
-    from fleetq.console.app import run_console  # only here: headless never loads textual
+    from fleetq.console.main import run_console  # only here: headless never loads textual
 
     try:
         run_console(dsn, title="fleetq demo", log=say.path)

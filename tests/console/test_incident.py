@@ -19,6 +19,7 @@ from textual.widgets._footer import FooterKey
 
 from fleetq.console.dialogs import DrainForm, Help, HourSheet
 from fleetq.console.messages import Hint
+from fleetq.console.screenful import tick
 from fleetq.console.typeahead import HOLD_LIMIT_S
 from fleetq.console.views.detail import DetailView
 from fleetq.console.views.events import EventsView
@@ -421,7 +422,7 @@ async def test_the_detail_ticks_and_says_lost_rule_only_while_live(
         assert "requeued once" not in str(head.render())
         before = str(head.render())
         app.db_now = (app.overview.now, app.db_now[1] - 60)  # type: ignore[union-attr,index]
-        app._tick()
+        tick(app)
         await pilot.pause()
         assert str(head.render()) != before
 
@@ -629,3 +630,21 @@ async def test_keys_typed_after_h_and_a_wait_for_what_they_ask(
         burst(pilot, "AC")
         await until(pilot, lambda: isinstance(app.screen.focused, Button))
         assert f"{len(view.page.jobs)} jobs" in str(app.screen.body), app.screen.body  # type: ignore[attr-defined]
+
+
+async def test_an_action_key_acts_on_the_row_the_keys_before_it_moved_to(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: `jC` in one burst offered to cancel the row the j left (C, a priority
+    key, read the cursor before the table had read the j), so `jCy` cancelled a job the
+    operator had moved away from."""
+    dsn, ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        table = app.query_one(JobsView).query_one(DataTable)
+        below = str(ids["running"])
+        table.move_cursor(row=table.get_row_index(below) - 1)
+        burst(pilot, "jC")
+        await until(pilot, lambda: isinstance(app.screen.focused, Button))
+        assert f"job: {below} " in str(app.screen.body), app.screen.body  # type: ignore[attr-defined]

@@ -69,9 +69,16 @@ class RunnersView(Vertical):
             self.post_message(DrillDown(runner=event.row_key.value))
 
     def action_hour(self) -> None:
-        if (runner := self.selected()) is not None:
-            self.app.hold_keys("the runner's hour")  # type: ignore[attr-defined]  # `h e`
-            self.post_message(self.HourAsked(runner))
+        """`h`: the selected runner's hour, once the keys typed before it moved the
+        cursor (`jh`); the keys after it (`h e`) wait for its sheet, which lets them go."""
+
+        def ask() -> None:
+            if (runner := self.selected()) is not None:
+                self.post_message(self.HourAsked(runner))
+            else:
+                self.app.release_keys()  # type: ignore[attr-defined]
+
+        self.app.after_keys("the runner's hour", ask, released=False)  # type: ignore[attr-defined]
 
     @on(Heartbeats)
     def _beats(self, message: Heartbeats) -> None:
