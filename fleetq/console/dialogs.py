@@ -131,7 +131,14 @@ class Asking(ModalScreen[str | None]):
 
     @on(Input.Submitted, "#reason")
     def _submitted(self) -> None:
-        focus_now(self.query_one("#yes", Button))  # one more, explicit Enter acts
+        """Enter in the reason moves to the button; one more, explicit Enter acts. Typed
+        in one burst, that second Enter reached the box before the first moved the
+        keyboard on (a third was needed): read there, it presses the button."""
+        yes = self.query_one("#yes", Button)
+        if self.focused is yes:
+            yes.press()
+        else:
+            focus_now(yes)
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:

@@ -648,3 +648,27 @@ async def test_an_action_key_acts_on_the_row_the_keys_before_it_moved_to(
         burst(pilot, "jC")
         await until(pilot, lambda: isinstance(app.screen.focused, Button))
         assert f"job: {below} " in str(app.screen.body), app.screen.body  # type: ignore[attr-defined]
+
+
+async def test_a_reason_and_two_enters_in_one_burst_drain(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Red before: the second Enter reached the reason box before the first had moved
+    the keyboard to the button, so a third Enter was needed."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "5")
+        table = app.query_one(RunnersView).query_one(DataTable)
+        table.move_cursor(row=table.get_row_index("build-1/r1"))
+        burst(pilot, "ddisk swap\n\n")
+
+        def state() -> tuple[str, str] | None:
+            with connect(dsn) as conn:
+                row = conn.execute(
+                    "SELECT state, state_reason FROM fleetq.runners WHERE id = 'build-1/r1'"
+                ).fetchone()
+            return (str(row[0]), str(row[1])) if row else None
+
+        await until(pilot, lambda: state() == ("draining", "disk swap"))
+        await until(pilot, lambda: not isinstance(app.screen, DrainForm))
