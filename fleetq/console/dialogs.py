@@ -232,9 +232,12 @@ INCIDENT_KINDS = {  # event kind: what it means for the runner's hour
     "released": "leases it gave up (shutdowns, after a fence)",
     "stopped": "executions stopped (superseded, cancelled)",
     "stale_rejected": "stale writes rejected",
-    "stale_self_race": "stale writes racing itself",
     "lost": "runs reported lost",
 }
+
+
+# Kinds that look alarming and are not: counted, never marked as incidents.
+BENIGN_KINDS = {"stale_self_race": "a renewal that raced its own outcome"}
 
 
 class HourSheet(ModalScreen[bool]):
@@ -276,7 +279,8 @@ def hour_text(kinds: list[tuple[str, int, datetime]]) -> Text:
         text.append(f"{kind:18} {n:6}  {meaning:44}", style="bold" if n else "")
         text.append(f"   last at {last:%H:%M:%S}\n" if last else "\n")
     for kind, (n, last) in counts.items():
-        text.append(f"  {kind:18} {n:6}  {'':44}   last at {last:%H:%M:%S}\n")
+        meaning = BENIGN_KINDS.get(kind, "")
+        text.append(f"  {kind:18} {n:6}  {meaning:44}   last at {last:%H:%M:%S}\n")
     text.rstrip()
     return text
 

@@ -17,7 +17,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Input, Static
 from textual.widgets._footer import FooterKey
 
-from fleetq.console.dialogs import DrainForm, Help, HourSheet
+from fleetq.console.dialogs import DrainForm, Help, HourSheet, hour_text
 from fleetq.console.messages import Hint
 from fleetq.console.screenful import tick
 from fleetq.console.typeahead import HOLD_LIMIT_S
@@ -672,3 +672,15 @@ async def test_a_reason_and_two_enters_in_one_burst_drain(
 
         await until(pilot, lambda: state() == ("draining", "disk swap"))
         await until(pilot, lambda: not isinstance(app.screen, DrainForm))
+
+
+def test_a_renewal_racing_its_own_outcome_is_not_an_incident_of_the_hour() -> None:
+    """Red before: a healthy runner's hour flagged "▲ stale_self_race", a benign race."""
+    at = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    text = hour_text([("stale_self_race", 3, at), ("lease_expired", 1, at)]).plain
+    lines = {
+        line.split()[1] if line.startswith("▲") else line.split()[0]: line
+        for line in text.splitlines()
+    }
+    assert lines["lease_expired"].startswith("▲")
+    assert not lines["stale_self_race"].startswith("▲") and "raced its own outcome" in text
