@@ -133,6 +133,13 @@ def add(
                 sql.Identifier(name), sql.Literal(verifier.decode()), sql.Identifier(kind.group)
             )
         )
+        # a database that keeps CONNECT from PUBLIC (the demo's, a hardened one) lets
+        # its new login in: adding a login here is the grant
+        conn.execute(
+            sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(
+                sql.Identifier(_database(conn)), sql.Identifier(name)
+            )
+        )
         for setting, value in TIMEOUTS[kind].items():
             conn.execute(
                 sql.SQL("ALTER ROLE {} SET {} = {}").format(
@@ -156,8 +163,20 @@ def remove(conn: SyncConnection, name: str) -> bool:
         row = conn.execute(queries.sql("roles_remove").encode(), [name]).fetchone()
         if row is None:
             return False
+        if conn.execute(queries.sql("roles_exists").encode(), [name]).fetchone() is not None:
+            conn.execute(
+                sql.SQL("REVOKE CONNECT ON DATABASE {} FROM {}").format(
+                    sql.Identifier(_database(conn)), sql.Identifier(name)
+                )
+            )
         conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
     return True
+
+
+def _database(conn: SyncConnection) -> str:
+    row = conn.execute(queries.sql("roles_database").encode()).fetchone()
+    assert row is not None
+    return str(row[0])
 
 
 def logins(conn: SyncConnection) -> list[Login]:

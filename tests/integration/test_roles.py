@@ -311,3 +311,21 @@ def test_the_cli_prints_a_dsn_and_never_the_password(
     finally:
         assert fleetq(["--dsn", db_dsn, "roles", "remove", name]) == 0
     assert fleetq(["--dsn", db_dsn, "roles", "remove", name]) == 65  # gone
+
+
+def test_a_login_added_to_a_private_database_may_connect_to_it(
+    login: Login, db_dsn: str, sync_conn: SyncConnection
+) -> None:
+    """Red before: on a database that keeps CONNECT from PUBLIC (the demo's) a reader
+    added by `fleetq roles add-reader` was refused at once ("User does not have CONNECT
+    privilege"); removing the login takes the grant with it."""
+    (database,) = sync_conn.execute(b"SELECT current_database()").fetchone()  # type: ignore[misc]
+    sync_conn.execute(f'REVOKE CONNECT ON DATABASE "{database}" FROM PUBLIC'.encode())
+    sync_conn.commit()
+    try:
+        dsn = login(roles.Kind.READER, "watcher")
+        with connect(dsn) as conn:
+            assert conn.execute(b"SELECT current_user").fetchone() is not None
+    finally:
+        sync_conn.execute(f'GRANT CONNECT ON DATABASE "{database}" TO PUBLIC'.encode())
+        sync_conn.commit()

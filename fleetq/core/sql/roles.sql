@@ -15,3 +15,8 @@ DELETE FROM fleetq.logins WHERE role_name = $1::text RETURNING role_name;
 
 -- name: roles_list
 SELECT role_name, kind, subject, created_at FROM fleetq.logins ORDER BY kind, role_name;
+
+-- name: roles_database
+-- The database a login is added to: it is granted CONNECT there (a database may keep it
+-- from PUBLIC, as the demo's does).
+SELECT current_database() AS name;
