@@ -156,9 +156,17 @@ class Fleet:
     def check_alive(self) -> None:
         """Raise if a runner exited on its own (its log says why)."""
         for runner_id, proc in self.procs.items():
-            if proc.poll() is not None:
-                tail = self.log_path(runner_id).read_text(errors="replace")[-1500:]
-                raise FleetqError(f"runner {runner_id} exited ({proc.returncode}):\n{tail}")
+            if (code := proc.poll()) is not None:
+                # one line (an error is printed with its control characters escaped): how
+                # it ended, its log, and the log's last line, whole
+                how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+                log = self.log_path(runner_id)
+                lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+                last = next((line for line in reversed(lines) if line.strip()), "")
+                raise FleetqError(
+                    f"runner {runner_id} exited ({how}); its log: {log}"
+                    + (f"; its last line: {last[:300]}" if last else "")
+                )
 
     def pause(self, runner_id: str) -> None:
         """SIGSTOP the runner process (not its jobs: they run in sessions of their own)."""

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from fleetq.core import config, stats
+from fleetq.core.errors import FleetqError
 from fleetq.core.models import JobId
 from fleetq.core.report import LiveJob, Recovery, RunFigures, StateCount, Stop
 from fleetq.demo import faults, repo, scenario
 from fleetq.demo import report as printed
-from fleetq.demo.fleet import RUNNERS, runner_toml
+from fleetq.demo.fleet import RUNNERS, Fleet, runner_toml
 from fleetq.demo.plan import Fault, Plan, RunLog
 from fleetq.runner import config as runner_config
 
@@ -259,3 +260,21 @@ def test_a_fault_without_an_overlap_is_a_warning_not_a_failure() -> None:
     assert printed.judge(figures, no_fault, []).warnings == [
         "no fault was injected (the run was stopped before it)"
     ]
+
+
+def test_a_runner_that_died_is_named_in_one_line_with_its_log(tmp_path: Path) -> None:
+    """Red before: the error held the log's last 1,500 bytes, cut mid-word, printed with
+    its newlines escaped (`exited (-9):\\nen=1 pid=...`)."""
+    fleet = Fleet("postgresql:///x", tmp_path)
+    log = fleet.log_path("node-b/runner")
+    log.parent.mkdir(parents=True)
+    log.write_text("x" * 2000 + "\n2026-12-06 20:46:56 INFO claimed job=7\n\n")
+    proc = subprocess.Popen(["sleep", "60"])
+    proc.kill()
+    proc.wait()
+    fleet.procs["node-b/runner"] = proc
+    with pytest.raises(FleetqError) as refused:
+        fleet.check_alive()
+    message = str(refused.value)
+    assert "\n" not in message and "killed by signal 9" in message and str(log) in message
+    assert message.endswith("its last line: 2026-12-06 20:46:56 INFO claimed job=7")
