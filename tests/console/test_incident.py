@@ -684,3 +684,20 @@ def test_a_renewal_racing_its_own_outcome_is_not_an_incident_of_the_hour() -> No
     }
     assert lines["lease_expired"].startswith("▲")
     assert not lines["stale_self_race"].startswith("▲") and "raced its own outcome" in text
+
+
+async def test_a_sort_of_a_cut_page_says_it_sorts_the_newest_only(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Found driving: "oldest first" on 1,983 queued jobs led with a job a minute old; the
+    status said only "newest 500 shown", not that the sort covers those alone."""
+    dsn, _ids = fleet
+    _more_jobs(dsn, 510)
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "3")
+        view = app.query_one(JobsView)
+        status = view.query_one("#jobs-status", Static)
+        assert "— newest 500 shown" in str(status.render())
+        await pilot.press("s")
+        await until(pilot, lambda: "sorted among the newest 500 shown" in str(status.render()))

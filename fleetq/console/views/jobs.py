@@ -201,7 +201,8 @@ class JobsView(Vertical):
         total = f"{page.total:,}+" if page.total >= COUNT_CAP else f"{page.total:,}"
         status = Text(f"{shown:,} of {total} jobs ({where}; {SORTS[self.sort][0]}, s sorts)")
         if page.total > shown:
-            status.append(f" — newest {shown:,} shown; narrow with /, A marks all {total}")
+            sorted_ = "sorted among the " if self.sort else ""  # not the whole match
+            status.append(f" — {sorted_}newest {shown:,} shown; narrow with /, A marks all {total}")
         elif not shown:
             status.append(" — nothing matches" if page.where != JobFilter() else " — no job yet")
         if self.marked:
