@@ -8,6 +8,7 @@ errors), none of which the commands about jobs already submitted need.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -28,6 +29,7 @@ from fleetq.core.errors import ConnectionFailed, FleetqError, InvalidInput
 from fleetq.core.models import (
     JobId,
     JobState,
+    SubmitResult,
 )
 from fleetq.core.text import escape
 
@@ -241,7 +243,38 @@ def _submit_file(args: argparse.Namespace) -> int:
         f"{made} job(s) queued from {args.from_file}"
         + (f"; {len(answers) - made} already existed for their keys" if made < len(answers) else "")
     )
+    _warn_for_shapes(args, jobs, lines, answers)
     return 0
+
+
+def _warn_for_shapes(
+    args: argparse.Namespace,
+    jobs: list[producer.JobSpec],
+    lines: list[int],
+    answers: list[SubmitResult],
+) -> None:
+    """A file's jobs no registered runner could ever run are said at once, as a single
+    submit's are: one check per operation and requested node (what decides it), not one
+    per job, naming the file's lines."""
+    shapes: dict[tuple[object, ...], list[int]] = {}
+    for index, job in enumerate(jobs):
+        shape = (job["project"], job["operation"], job.get("requested_node"))
+        shapes.setdefault(shape, []).append(index)
+    for indices in shapes.values():
+        first = answers[indices[0]]
+        if first.state != JobState.QUEUED:
+            continue
+        try:
+            warning = run(args, functools.partial(eligibility.never_runnable, job_id=first.job_id))
+        except FleetqError:
+            return  # a login that may not read runners: said nothing, as for one job
+        if warning is not None:
+            named = ", ".join(str(lines[i]) for i in indices[:5])
+            more = f" and {len(indices) - 5} more" if len(indices) > 5 else ""
+            print(
+                f"warning: lines {named}{more} of {args.from_file}: {escape(warning)}",
+                file=sys.stderr,
+            )
 
 
 def _read_jobs(name: str) -> tuple[list[producer.JobSpec], list[int]]:

@@ -6,6 +6,7 @@ traceback or a raw database error."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -349,3 +350,24 @@ def test_version_answers_without_loading_the_commands() -> None:
     assert done.stdout.strip().startswith("fleetq ")
     loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     assert not {"psycopg", "pydantic", "fleetq.cli.main"} & loaded, sorted(loaded)
+
+
+def test_submit_from_file_warns_for_the_lines_no_runner_could_ever_run(
+    cli: Cli, sync_conn: SyncConnection, tmp_path: Path
+) -> None:
+    """Found driving: `submit --from-file` of 2,000 jobs, some asking for a node no runner
+    is on, said only "2000 job(s) queued"; one submit of such a job warns. One check per
+    operation and node, naming the file's lines."""
+    factories.runner(sync_conn, lanes={"checks": 2})  # no "browser" capability
+    jobs = tmp_path / "jobs.jsonl"
+    lines = [
+        {"project": "webapp", "operation": "browser", "commit": SHA},
+        {"project": "tools", "operation": "lint", "commit": SHA},
+        {"project": "webapp", "operation": "browser", "commit": SHA, "payload": {"n": 2}},
+    ]
+    jobs.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    code, out, err = cli("submit", "--from-file", str(jobs))
+    assert code == 0 and "3 job(s) queued" in out
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: lines 1, 3 of {jobs}:")
+    assert "missing capability" in warnings[0]
