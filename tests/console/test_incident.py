@@ -701,3 +701,24 @@ async def test_a_sort_of_a_cut_page_says_it_sorts_the_newest_only(
         assert "— newest 500 shown" in str(status.render())
         await pilot.press("s")
         await until(pilot, lambda: "sorted among the newest 500 shown" in str(status.render()))
+
+
+async def test_r_brings_a_search_up_to_the_newest_events(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Found driving: a runner's events (`h` then `e`) stayed as first read; `r` read the
+    live tail again but not the search, so newer events of that runner never showed."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "6")
+        view = app.query_one(EventsView)
+        view.search_runner("edge-1/r1")
+        await until(pilot, lambda: bool(view.found) and not app.busy)
+        with connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO fleetq.events (kind, runner_id, actor) "
+                "VALUES ('runner_resumed', 'edge-1/r1', 'alice')"
+            )
+        await pilot.press("r")
+        await until(pilot, lambda: view.found[0].kind == "runner_resumed")

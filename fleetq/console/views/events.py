@@ -70,6 +70,7 @@ class EventsView(Vertical):
         Binding("slash", "filter", "Search", priority=True),
         Binding("n", "more", "Older", show=False),
         Binding("escape", "escape", "Clear search / back", show=False),
+        Binding("r", "reload", "Reload", show=False),
     ]
     DEFAULT_CSS = """
     EventsView #events-filter { display: none; }
@@ -235,6 +236,13 @@ class EventsView(Vertical):
     def _found(self, message: Searched) -> None:
         if self.searching:
             self.show_found(message.events, first=message.first, more=message.more)
+
+    def action_reload(self) -> None:
+        """r: read everything again, a search's first page included (a search is read
+        once, not followed: `r` brings it up to the newest events)."""
+        if self.searching:
+            self.search(self.query_)
+        self.app.action_reload()  # type: ignore[attr-defined]
 
     def action_more(self) -> None:
         """n: the next, older page of the search."""
