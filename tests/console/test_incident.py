@@ -25,7 +25,8 @@ from fleetq.console.views.detail import DetailView
 from fleetq.console.views.events import EventsView
 from fleetq.console.views.jobs import JobsView
 from fleetq.console.views.lanes import lane_panel
-from fleetq.console.views.runners import RunnersView
+from fleetq.console.views.runners import COLUMNS as RUNNER_COLUMNS
+from fleetq.console.views.runners import RunnersView, runner_cells
 from fleetq.core import roles
 from fleetq.core.db import as_uri, connect
 from fleetq.core.models import JobId, JobState, Runner, RunnerId, RunnerState
@@ -722,3 +723,30 @@ async def test_r_brings_a_search_up_to_the_newest_events(
             )
         await pilot.press("r")
         await until(pilot, lambda: view.found[0].kind == "runner_resumed")
+
+
+def test_a_runner_offline_by_its_silence_says_so_since_its_last_beat() -> None:
+    """Found driving: a runner killed -9 read "offline  - · - · 6m14s ago": no reason,
+    and the time of its registration, not of its last heartbeat."""
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    killed = Runner(
+        id=RunnerId("node-b/r"),
+        node="node-b",
+        name="r",
+        capabilities=[],
+        memory_mb=8192,
+        cpu_millis=4000,
+        reserved_memory_mb=0,
+        reserved_cpu_millis=0,
+        state=RunnerState.ACTIVE,
+        offline=True,
+        state_reason=None,
+        state_actor=None,
+        state_changed_at=now - timedelta(minutes=6, seconds=14),
+        last_heartbeat_at=now - timedelta(seconds=36),
+        lanes={"checks": (2, 0)},
+        live_jobs=0,
+        stale_rejections=0,
+    )
+    why = str(runner_cells(killed, now)[[k for k, _ in RUNNER_COLUMNS].index("why")])
+    assert why == "no heartbeat (row says active) · 36.0s ago", why

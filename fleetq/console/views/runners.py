@@ -111,7 +111,10 @@ class RunnersView(Vertical):
     def show(self, runners: list[Runner], now: datetime) -> None:
         """Put the runners on screen, by key."""
         self.runners = runners
-        sync(self.query_one("#runners-table", DataTable), [(r.id, _cells(r, now)) for r in runners])
+        sync(
+            self.query_one("#runners-table", DataTable),
+            [(r.id, runner_cells(r, now)) for r in runners],
+        )
 
     def tick(self, now: datetime) -> None:
         """Redraw heartbeat ages of the rows on screen (those that changed)."""
@@ -142,14 +145,19 @@ def with_beats(runners: list[Runner], beats: list[Heartbeat]) -> list[Runner]:
     ]
 
 
-def _cells(r: Runner, now: datetime) -> list[Cell]:
+def runner_cells(r: Runner, now: datetime) -> list[Cell]:
     lanes = ", ".join(f"{lane} {used}/{slots}" for lane, (slots, used) in sorted(r.lanes.items()))
     shown = "offline" if r.offline else r.state.value
     why = Text()
-    why.append(plain(one_line(r.state_reason or "-", 48)))
-    why.append(" · ")
-    why.append(plain(r.state_actor or "-"))
-    why.append(f" · {age(r.state_changed_at, now)} ago", style="dim")
+    if r.offline and r.state != RunnerState.OFFLINE:
+        # offline by its silence, not by its row (killed, cut off): since its last beat
+        why.append(f"no heartbeat (row says {r.state.value})")
+        why.append(f" · {age(r.last_heartbeat_at, now)} ago", style="dim")
+    else:
+        why.append(plain(one_line(r.state_reason or "-", 48)))
+        why.append(" · ")
+        why.append(plain(r.state_actor or "-"))
+        why.append(f" · {age(r.state_changed_at, now)} ago", style="dim")
     cells: dict[str, Cell] = {
         "runner": plain(r.id, "bold"),
         "node": plain(r.node),
