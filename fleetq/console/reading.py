@@ -61,7 +61,7 @@ async def _read(source: Source, wanted: Wanted, *, resync: bool, epoch: int) -> 
     page = await source.page(wanted.where, at) if current == "jobs" else None
     overlaps = await source.overlaps() if current == "overlaps" else None
     listed = await source.schedules(at) if current == "schedules" else None
-    alerts = await source.alert_jobs() if current == "overview" else None
+    alerts = await source.alert_jobs(overview.alerts) if current == "overview" else None
     detail = None
     if current == "detail" and wanted.detail_job is not None:
         try:

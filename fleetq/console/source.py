@@ -28,6 +28,7 @@ from fleetq.core.stats import Overlap
 from fleetq.core.views import (
     Access,
     AlertJob,
+    Alerts,
     EventQuery,
     Heartbeat,
     JobDetail,
@@ -143,9 +144,9 @@ class Source:
         """The runner's events of the last hour, counted by kind."""
         return await views.runner_hour(self._db, runner, at - timedelta(hours=1))
 
-    async def alert_jobs(self) -> list[AlertJob]:
-        """The jobs behind the overview's alerts."""
-        return await views.alert_jobs(self._db)
+    async def alert_jobs(self, alerts: Alerts | None = None) -> list[AlertJob]:
+        """The jobs behind the overview's alerts (`alerts`: the overview's, read with them)."""
+        return await views.alert_jobs(self._db, alerts)
 
     async def set_runner_state(
         self, runner: str, state: RunnerState, reason: str, actor: str

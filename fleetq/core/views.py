@@ -23,6 +23,7 @@ THROUGHPUT_BUCKETS = 30
 QUEUE_WAIT_WINDOW_S = 15 * 60
 COUNT_CAP = 100_000  # the jobs view counts matches up to this
 OVERLAPS_SHOWN = 20  # open overlap windows read for the alert strip
+ALERT_JOBS = 50  # the jobs each overview alert lists at most (to open one)
 HISTORY_MINUTES = 60  # queue history shown, one sample a minute
 
 
@@ -101,6 +102,7 @@ class Alerts(_View):
     stops_pending: int
     stops_unconfirmed: int
     unplaceable: int  # queued jobs that no registered runner could take even when idle
+    unplaceable_jobs: list[JobId] = []  # the first ALERT_JOBS of them, by id
 
     @property
     def quiet(self) -> bool:
@@ -221,7 +223,7 @@ async def overview(driver: Driver, *, at: datetime | None = None) -> Overview:
     """Lanes, queue wait, throughput, runners and alerts, in one pass."""
     at = at or await now(driver)
     runners = await fleet.runners(driver)
-    (alert,) = await driver.fetch(queries.sql("views_alerts"))
+    (alert,) = await driver.fetch(queries.sql("views_alerts"), ALERT_JOBS)
     throughput = await driver.fetch(
         queries.sql("views_throughput"), at, THROUGHPUT_BUCKET_S, THROUGHPUT_BUCKETS
     )
@@ -247,6 +249,7 @@ async def overview(driver: Driver, *, at: datetime | None = None) -> Overview:
             stops_pending=int(alert["stops_pending"]),
             stops_unconfirmed=int(alert["stops_unconfirmed"]),
             unplaceable=int(alert["unplaceable"]),
+            unplaceable_jobs=[JobId(j) for j in alert["unplaceable_jobs"]],
         ),
     )
 
@@ -392,8 +395,16 @@ async def runner_hour(
     return [(str(r["kind"]), int(r["events"]), r["last_at"]) for r in rows]
 
 
-async def alert_jobs(driver: Driver, *, limit: int = 50) -> list[AlertJob]:
-    """The jobs behind the alerts: pending and unconfirmed stops, open overlaps, and
-    queued jobs no runner can take."""
-    rows = await driver.fetch(queries.sql("views_alert_jobs"), limit)
-    return [AlertJob.model_validate(r) for r in rows]
+async def alert_jobs(driver: Driver, alerts: Alerts | None = None) -> list[AlertJob]:
+    """The jobs behind the alerts: pending and unconfirmed stops, open overlaps, and the
+    queued jobs no runner can take, which `alerts` (the overview's, read with them) names;
+    without it they are read here."""
+    rows = await driver.fetch(queries.sql("views_alert_jobs"), ALERT_JOBS)
+    if alerts is None:
+        (alert,) = await driver.fetch(queries.sql("views_alerts"), ALERT_JOBS)
+        unplaceable = [JobId(j) for j in alert["unplaceable_jobs"]]
+    else:
+        unplaceable = alerts.unplaceable_jobs
+    return [AlertJob.model_validate(r) for r in rows] + [
+        AlertJob(job_id=job, alert="no runner can take it", runner_id=None) for job in unplaceable
+    ]

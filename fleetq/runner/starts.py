@@ -15,7 +15,7 @@ from fleetq.core.errors import FleetqError, StaleLease
 from fleetq.core.models import StartReport
 from fleetq.runner import gate, metrics, orphans
 from fleetq.runner.execution import Execution, StartResend, Toolkit
-from fleetq.runner.loops import Backoff, transient
+from fleetq.runner.loops import Backoff, transient, wait_any
 
 log = logging.getLogger("fleetq.runner.execution")
 
@@ -109,9 +109,9 @@ async def _resend_start(
     tried_after_end = False
     while True:
         if not ended.is_set():
-            await _first_of((ended, ex.stop, kit.leaving), backoff.next())
+            await wait_any((ended, ex.stop, kit.leaving), backoff.next())
         elif tried_after_end:
-            await _first_of((ex.stop, kit.leaving), backoff.next())
+            await wait_any((ex.stop, kit.leaving), backoff.next())
         if ex.stop.is_set() or kit.leaving.is_set():
             why = ex.stop_reason if ex.stop.is_set() else "the runner stops at once"
             log.info("start of job=%d not recorded: %s", start.job_id, why)
@@ -125,13 +125,3 @@ async def _resend_start(
                 log.warning("start of job=%d not recorded: %s", start.job_id, exc)
                 return
             log.warning("start report failed again job=%d: %s", start.job_id, exc)
-
-
-async def _first_of(events: tuple[asyncio.Event, ...], seconds: float) -> None:
-    """Wait until any of `events` is set, or `seconds`."""
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()

@@ -72,6 +72,30 @@ def _more_jobs(dsn: str, n: int) -> None:
             )
 
 
+def _runner(now: datetime, **changes: Any) -> Runner:
+    """An active runner of build-1 with one checks lane, heard from at `now`."""
+    runner = Runner(
+        id=RunnerId("build-1/r1"),
+        node="build-1",
+        name="r1",
+        capabilities=[],
+        memory_mb=8192,
+        cpu_millis=4000,
+        reserved_memory_mb=0,
+        reserved_cpu_millis=0,
+        state=RunnerState.ACTIVE,
+        offline=False,
+        state_reason=None,
+        state_actor=None,
+        state_changed_at=now,
+        last_heartbeat_at=now,
+        stale_rejections=0,
+        lanes={"checks": (2, 0)},
+        live_jobs=0,
+    )
+    return runner.model_copy(update=changes)
+
+
 # ---- 1, 2: keys typed quickly --------------------------------------------------------
 
 
@@ -386,25 +410,7 @@ async def test_latest_events_name_runners_apart_from_submitters(
 def test_a_full_runner_is_not_counted_as_able_to_claim() -> None:
     """Red before: "3 of 3 can claim now" beside "full"."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    full = Runner(
-        id=RunnerId("build-1/r1"),
-        node="build-1",
-        name="r1",
-        capabilities=[],
-        memory_mb=8192,
-        cpu_millis=4000,
-        reserved_memory_mb=0,
-        reserved_cpu_millis=0,
-        state=RunnerState.ACTIVE,
-        offline=False,
-        state_reason=None,
-        state_actor=None,
-        state_changed_at=now,
-        last_heartbeat_at=now,
-        stale_rejections=0,
-        lanes={"checks": [2, 2]},
-        live_jobs=2,
-    )
+    full = _runner(now, lanes={"checks": (2, 2)}, live_jobs=2)
     text = lane_panel("checks", [full], [], now).plain
     assert "0 of 1 runner(s) serving checks can claim now" in text
     assert "full" in text
@@ -729,24 +735,11 @@ def test_a_runner_offline_by_its_silence_says_so_since_its_last_beat() -> None:
     """Found driving: a runner killed -9 read "offline  - · - · 6m14s ago": no reason,
     and the time of its registration, not of its last heartbeat."""
     now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    killed = Runner(
-        id=RunnerId("node-b/r"),
-        node="node-b",
-        name="r",
-        capabilities=[],
-        memory_mb=8192,
-        cpu_millis=4000,
-        reserved_memory_mb=0,
-        reserved_cpu_millis=0,
-        state=RunnerState.ACTIVE,
+    killed = _runner(
+        now,
         offline=True,
-        state_reason=None,
-        state_actor=None,
         state_changed_at=now - timedelta(minutes=6, seconds=14),
         last_heartbeat_at=now - timedelta(seconds=36),
-        lanes={"checks": (2, 0)},
-        live_jobs=0,
-        stale_rejections=0,
     )
     why = str(runner_cells(killed, now)[[k for k, _ in RUNNER_COLUMNS].index("why")])
     assert why == "no heartbeat (row says active) · 36.0s ago", why

@@ -26,11 +26,10 @@ from fleetq.core.models import (
     OutcomeReport,
     RunnerId,
     RunnerState,
-    StartReport,
     WriteStatus,
 )
 from tests import fleet
-from tests.fleet import SHA
+from tests.fleet import SHA, start_report
 from tests.locks import blocked_or_done, wait_for
 
 FUTURE = datetime.now(UTC) + timedelta(days=1)
@@ -76,17 +75,6 @@ def _outcome(claim: Claim, outcome: Outcome = Outcome.SUCCEEDED, code: int = 0) 
         log_tail="ok\n",
         prepare_ms=5,
         run_ms=10,
-    )
-
-
-def _start(claim: Claim, node: str = "node-a") -> StartReport:
-    return StartReport(
-        job_id=claim.job_id,
-        lease_version=claim.lease_version,
-        node=node,
-        run_id=uuid.uuid4(),
-        pid=4242,
-        process_started_at=datetime.now(UTC),
     )
 
 
@@ -149,7 +137,10 @@ async def test_each_lease_answers_its_own_length_and_a_start_never_shortens_it(
     claim = await _claim_one(driver, runner)
     assert claim.lease_left_s is not None and 25 < claim.lease_left_s <= 30
     sync_conn.execute("UPDATE fleetq.settings SET value = '5' WHERE name = 'lease_seconds'")
-    assert await leasing.report_start(driver, runner=runner, start=_start(claim)) == WriteStatus.OK
+    assert (
+        await leasing.report_start(driver, runner=runner, start=start_report(claim))
+        == WriteStatus.OK
+    )
     (row,) = sync_conn.execute(
         "SELECT lease_expires_at FROM fleetq.jobs WHERE id = $1", [claim.job_id]
     ).fetchall()
@@ -200,7 +191,10 @@ async def test_full_life_start_heartbeat_complete(driver: Driver) -> None:
     runner = await fleet.runner(driver)
     job_id = await _job(driver, task_id="task-9")
     claim = await _claim_one(driver, runner)
-    assert await leasing.report_start(driver, runner=runner, start=_start(claim)) == WriteStatus.OK
+    assert (
+        await leasing.report_start(driver, runner=runner, start=start_report(claim))
+        == WriteStatus.OK
+    )
     (beat,) = await leasing.heartbeat(
         driver, runner=runner, leases=[(claim.job_id, claim.lease_version)]
     )
@@ -236,7 +230,7 @@ async def _zombie_and_successor(driver: Driver) -> tuple[RunnerId, Claim, Runner
     b = await fleet.runner(driver, "b", node="node-b")
     await _job(driver)
     old = await _claim_one(driver, a)
-    await leasing.report_start(driver, runner=a, start=_start(old))
+    await leasing.report_start(driver, runner=a, start=start_report(old))
     reaped = await leasing.reap(driver, now=FUTURE)
     assert (reaped.requeued, reaped.leader) == (1, True)
     new = await _claim_one(driver, b)
@@ -248,7 +242,7 @@ async def test_zombie_writes_change_nothing_and_raise(driver: Driver) -> None:
     a, old, b, new = await _zombie_and_successor(driver)
     before = await readers.job(driver, old.job_id)
     with pytest.raises(StaleLease, match="fencing token 1"):
-        await leasing.report_start(driver, runner=a, start=_start(old))
+        await leasing.report_start(driver, runner=a, start=start_report(old))
     (beat,) = await leasing.heartbeat(driver, runner=a, leases=[(old.job_id, old.lease_version)])
     assert beat.status == WriteStatus.STALE
     with pytest.raises(StaleLease):
@@ -261,7 +255,7 @@ async def test_zombie_writes_change_nothing_and_raise(driver: Driver) -> None:
         )
     assert await readers.job(driver, old.job_id) == before
     # the new owner's outcome stands
-    await leasing.report_start(driver, runner=b, start=_start(new, "node-b"))
+    await leasing.report_start(driver, runner=b, start=start_report(new, "node-b"))
     assert await leasing.complete(driver, runner=b, outcome=_outcome(new)) == WriteStatus.OK
     assert (await readers.job(driver, new.job_id)).state == JobState.SUCCEEDED
     runners = {r.id: r for r in await fleet_api.runners(driver)}
@@ -292,7 +286,7 @@ async def test_the_same_runner_s_old_token_neither_renews_nor_starts(driver: Dri
     (beat,) = await leasing.heartbeat(driver, runner=a, leases=[(job_id, old.lease_version)])
     assert beat.status == WriteStatus.STALE
     with pytest.raises(StaleLease):
-        await leasing.report_start(driver, runner=a, start=_start(old))
+        await leasing.report_start(driver, runner=a, start=start_report(old))
     after = await readers.job(driver, job_id)
     assert (after.state, after.lease_expires_at) == (JobState.CLAIMED, before.lease_expires_at)
     (beat,) = await leasing.heartbeat(driver, runner=a, leases=[(job_id, new.lease_version)])
@@ -347,7 +341,7 @@ async def test_retried_start_report_answers_already(driver: Driver) -> None:
     runner = await fleet.runner(driver)
     await _job(driver)
     claim = await _claim_one(driver, runner)
-    start = _start(claim)
+    start = start_report(claim)
     assert await leasing.report_start(driver, runner=runner, start=start) == WriteStatus.OK
     assert await leasing.report_start(driver, runner=runner, start=start) == WriteStatus.ALREADY
 
@@ -455,7 +449,7 @@ async def test_cancel_of_a_running_job_is_terminal_with_stop_pending(driver: Dri
     runner = await fleet.runner(driver)
     job_id = await _job(driver)
     claim = await _claim_one(driver, runner)
-    await leasing.report_start(driver, runner=runner, start=_start(claim))
+    await leasing.report_start(driver, runner=runner, start=start_report(claim))
     result = await producer.cancel(driver, job_id=job_id, actor="ops", reason="wrong commit")
     assert (result.state, result.stop_pending) == (JobState.CANCELLED, True)
     job = await readers.job(driver, job_id)
@@ -788,7 +782,7 @@ async def test_launch_time_is_clamped_between_claim_and_start_report(
     runner = await fleet.runner(driver)
     await _job(driver)
     claim = await _claim_one(driver, runner)
-    early = _start(claim).model_copy(
+    early = start_report(claim).model_copy(
         update={"process_started_at": claim.lease_expires_at - timedelta(hours=1)}
     )
     assert await leasing.report_start(driver, runner=runner, start=early) == WriteStatus.OK
@@ -838,7 +832,7 @@ async def test_a_busy_renewal_outlives_the_session_that_held_the_row(
     runner = await fleet.runner(driver)
     await _job(driver)
     claim = await _claim_one(driver, runner)
-    assert await leasing.report_start(driver, runner=runner, start=_start(claim)) == "ok"
+    assert await leasing.report_start(driver, runner=runner, start=start_report(claim)) == "ok"
     lease = [(claim.job_id, claim.lease_version)]
     with connect(db_dsn, autocommit=True) as admin:
         # the lease runs out in the database while the handler holds the row
@@ -892,7 +886,7 @@ async def test_a_start_report_waiting_on_executions_leaves_its_job_renewable(
     runner = await fleet.runner(driver)
     await _job(driver)
     claim = await _claim_one(driver, runner)
-    start = _start(claim)
+    start = start_report(claim)
     answers: list[object] = []
 
     def report(conn: SyncConnection) -> None:
@@ -941,7 +935,7 @@ async def test_a_start_report_takes_jobs_before_executions_as_migrations_do(
     runner = await fleet.runner(driver)
     await _job(driver)
     claim = await _claim_one(driver, runner)
-    start = _start(claim)
+    start = start_report(claim)
     answers: list[object] = []
 
     def report(conn: SyncConnection) -> None:
@@ -1019,7 +1013,7 @@ async def _expire(driver: Driver, sync_conn: SyncConnection, claim: Claim) -> No
 async def _started(driver: Driver, runner: RunnerId) -> Claim:
     await _job(driver)
     claim = await _claim_one(driver, runner)
-    early = _start(claim).model_copy(
+    early = start_report(claim).model_copy(
         update={"process_started_at": claim.lease_expires_at - timedelta(hours=1)}
     )
     await leasing.report_start(driver, runner=runner, start=early)

@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Input, Static
 from fleetq.console import timeline
 from fleetq.console.text import age, duration, lines, one_line, plain, state
 from fleetq.console.typeahead import focus_now
+from fleetq.console.views.panel import Panel
 from fleetq.console.views.table import Cell, Table, sync
 from fleetq.core.models import Event, JobState
 from fleetq.core.views import JobDetail
@@ -69,11 +70,10 @@ class DetailView(VerticalScroll):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.detail: JobDetail | None = None
-        self._head_text: Text | None = None  # what the head shows now
         self.search = ""  # only output lines holding this (case-insensitive)
 
     def compose(self) -> ComposeResult:
-        yield Static(
+        yield Panel(
             Text("no job selected: pick one in the jobs view (3) and press Enter"), id="detail-head"
         )
         yield Static("eligibility", classes="title")
@@ -112,18 +112,13 @@ class DetailView(VerticalScroll):
         """Once a second: the head's ages ("submitted 13s ago") move on, drawn again only
         when their text changed (a Static's update lays the screen out again)."""
         if self.detail is not None:
-            self._head(head_text(self.detail, now))
-
-    def _head(self, text: Text) -> None:
-        if text != self._head_text:
-            self._head_text = text
-            self.query_one("#detail-head", Static).update(text)
+            self.query_one("#detail-head", Panel).show(head_text(self.detail, now))
 
     def show(self, detail: JobDetail, now: datetime) -> None:
         """Put a job's detail on screen."""
         self.detail = detail
         job = detail.job
-        self._head(head_text(detail, now))
+        self.query_one("#detail-head", Panel).show(head_text(detail, now))
         explanation = detail.explanation
         summary = plain(explanation.summary(), "green" if explanation.eligible else "bold red")
         if job.state != JobState.QUEUED:
@@ -185,7 +180,7 @@ class DetailView(VerticalScroll):
     def clear(self, why: str, *, style: str = "bold red") -> None:
         """Nothing to show (e.g. the job does not exist)."""
         self.detail = None
-        self._head(Text(why, style=style))
+        self.query_one("#detail-head", Panel).show(Text(why, style=style))
         for name in ("#detail-summary", "#detail-timeline", "#detail-output"):
             self.query_one(name, Static).update("")
         for table in self.query(DataTable):

@@ -17,6 +17,7 @@ from fleetq.console.messages import Heartbeats, OpenJob
 from fleetq.console.text import STATE_STYLES, age, duration, escape, plain, sparkline, state
 from fleetq.console.typeahead import focus_now
 from fleetq.console.views.lanes import HISTORY, show_lanes
+from fleetq.console.views.panel import Panel
 from fleetq.console.views.runners import with_beats
 from fleetq.console.views.table import Cell, Row, Table, sync
 from fleetq.core.models import Event, JobId, Runner
@@ -99,14 +100,14 @@ class OverviewView(Vertical):
         self._shown: tuple[Overview, list[Event]] | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="alerts")
+        yield Panel(id="alerts")
         table: DataTable[Cell] = Table(id="overview-lanes", cursor_type="row", zebra_stripes=True)
         table.border_title = "lanes"
         yield table
         with Horizontal(id="figures"):
-            yield Static(id="waits", classes="panel")
-            yield Static(id="throughput", classes="panel")
-            yield Static(id="fleet", classes="panel")
+            yield Panel(id="waits", classes="panel")
+            yield Panel(id="throughput", classes="panel")
+            yield Panel(id="fleet", classes="panel")
         with Horizontal(id="below"):
             runners: DataTable[Cell] = Table(id="overview-runners", cursor_type="none")
             runners.border_title = "runners"
@@ -135,15 +136,6 @@ class OverviewView(Vertical):
         for name in ("job", "alert", "runner"):
             jobs.add_column(name, key=name)
         self.runners: list[Runner] = []
-        self._texts: dict[str, Text] = {}  # what each panel shows now (`_put`)
-
-    def _put(self, panel: str, text: Text) -> None:
-        """Put `text` in a panel if it differs from what is there: a Static's update lays
-        the whole screen out again (a resync every 5 s redrew the overview four times
-        over, for the same text)."""
-        if self._texts.get(panel) != text:
-            self._texts[panel] = text
-            self.query_one(f"#{panel}", Static).update(text)
 
     def on_resize(self) -> None:
         self.set_class(self.size.height < SHORT, "short")  # 80x24: the runners first
@@ -171,7 +163,7 @@ class OverviewView(Vertical):
     def stale(self, since: datetime, why: str) -> None:
         """The console lost the database: say so where 'all clear' would be."""
         self._shown = None
-        self._put("alerts", stale_strip(since, why))
+        self.query_one("#alerts", Panel).show(stale_strip(since, why))
 
     def show(
         self,
@@ -185,7 +177,7 @@ class OverviewView(Vertical):
         if (overview, recent) == self._shown:
             return
         self._shown = (overview, recent)
-        self._put("alerts", alert_strip(overview, now))
+        self.query_one("#alerts", Panel).show(alert_strip(overview, now))
         if alert_jobs is not None:
             self.set_class(bool(alert_jobs), "alerting")
             sync(self.query_one("#alert-jobs", DataTable), _alert_rows(alert_jobs))
@@ -196,14 +188,14 @@ class OverviewView(Vertical):
             waits.append(f"p50 {duration(w.p50_s)}  p95 {duration(w.p95_s)}  ({w.jobs} jobs)\n")
         if not overview.waits:
             waits.append("no job claimed in the window", style="dim")
-        self._put("waits", waits)
+        self.query_one("#waits", Panel).show(waits)
         total = sum(overview.throughput)
         spark = Text(sparkline(overview.throughput), style="green")
         spark.append(
             f"\n{total} finished, {overview.throughput[-1] if overview.throughput else 0} "
             f"in the last {THROUGHPUT_BUCKET_S}s bucket"
         )
-        self._put("throughput", spark)
+        self.query_one("#throughput", Panel).show(spark)
         counts = Counter("offline" if r.offline else r.state.value for r in overview.runners)
         fleet = Text()
         for name in ("active", "paused", "draining", "drained", "offline"):
@@ -212,7 +204,7 @@ class OverviewView(Vertical):
                 fleet.append("  ")
         if not overview.runners:
             fleet.append("no runner registered yet", style="dim")
-        self._put("fleet", fleet)
+        self.query_one("#fleet", Panel).show(fleet)
         self.runners = overview.runners
         self._show_runners(now)
         sync(

@@ -105,7 +105,8 @@ ORDER BY b.i;
 -- stops the runner could not confirm (it drained itself), jobs with two executions alive
 -- at once (their windows are then read one job at a time), and queued jobs that no
 -- online runner could take even when idle (the claim's own rule, evaluated with the
--- runner's whole capacity free, once per distinct job shape, not per job).
+-- runner's whole capacity free, once per distinct job shape, not per job), and the first
+-- $1 of those by id, which the overview's alert jobs list (views_alert_jobs lists the rest).
 WITH shapes AS (
     SELECT lane, capabilities, requested_node, memory_mb, cpu_millis, count(*) AS jobs
     FROM fleetq.jobs
@@ -113,7 +114,7 @@ WITH shapes AS (
     GROUP BY lane, capabilities, requested_node, memory_mb, cpu_millis
 ),
 unplaceable AS (
-    SELECT s.jobs
+    SELECT s.*
     FROM shapes s
     WHERE NOT EXISTS (
         SELECT 1
@@ -129,6 +130,13 @@ SELECT (SELECT count(*) FROM fleetq.jobs
        (SELECT count(*) FROM fleetq.runners
         WHERE state_reason LIKE 'stop-unconfirmed%') AS stops_unconfirmed,
        (SELECT coalesce(sum(jobs), 0) FROM unplaceable) AS unplaceable,
+       ARRAY(SELECT j.id
+             FROM fleetq.jobs j
+             JOIN unplaceable u ON u.lane = j.lane AND u.capabilities = j.capabilities
+                               AND u.requested_node IS NOT DISTINCT FROM j.requested_node
+                               AND u.memory_mb = j.memory_mb AND u.cpu_millis = j.cpu_millis
+             WHERE j.state = 'queued'
+             ORDER BY j.id LIMIT $1::integer) AS unplaceable_jobs,
        ARRAY(SELECT job_id FROM fleetq.all_executions WHERE ended_at IS NULL
              GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id) AS overlapping_jobs;
 
@@ -298,28 +306,10 @@ GROUP BY kind
 ORDER BY count(*) DESC, kind;
 
 -- name: views_alert_jobs
--- The jobs behind the overview's alerts (views_alerts), so an operator can open each:
--- cancelled jobs whose stop is pending, stops a runner could not confirm (the job its
--- state reason names), jobs running twice at once, and queued jobs no online runner could
--- take even when idle (views_alerts' rule, by job shape). $1 at most this many of each.
-WITH shapes AS (
-    SELECT lane, capabilities, requested_node, memory_mb, cpu_millis
-    FROM fleetq.jobs
-    WHERE state = 'queued'
-    GROUP BY lane, capabilities, requested_node, memory_mb, cpu_millis
-),
-unplaceable AS (
-    SELECT s.*
-    FROM shapes s
-    WHERE NOT EXISTS (
-        SELECT 1
-        FROM fleetq.runners r
-        JOIN fleetq.runner_lanes l ON l.runner_id = r.id AND l.lane = s.lane
-        WHERE r.state <> 'offline' AND NOT fleetq.runner_is_stale(r.last_heartbeat_at)
-          AND fleetq.ineligibility(s.capabilities, s.requested_node, s.memory_mb, s.cpu_millis,
-                                   r.node, r.capabilities, 'active', false,
-                                   r.memory_mb, r.cpu_millis, l.slots, 0) IS NULL)
-)
+-- The jobs behind the overview's alerts, so an operator can open each: cancelled jobs
+-- whose stop is pending, stops a runner could not confirm (the job its state reason
+-- names) and jobs running twice at once; the queued jobs no runner can take come with
+-- views_alerts, which finds them. $1 at most this many of each.
 (SELECT id AS job_id, 'stop pending' AS alert, reserved_on AS runner_id
  FROM fleetq.jobs WHERE reserved_on IS NOT NULL AND state = 'cancelled'
  ORDER BY id LIMIT $1::integer)
@@ -331,12 +321,4 @@ UNION ALL
 UNION ALL
 (SELECT job_id, 'overlap', min(runner_id)
  FROM fleetq.all_executions WHERE ended_at IS NULL
- GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id LIMIT $1::integer)
-UNION ALL
-(SELECT j.id, 'no runner can take it', NULL
- FROM fleetq.jobs j
- JOIN unplaceable u ON u.lane = j.lane AND u.capabilities = j.capabilities
-                   AND u.requested_node IS NOT DISTINCT FROM j.requested_node
-                   AND u.memory_mb = j.memory_mb AND u.cpu_millis = j.cpu_millis
- WHERE j.state = 'queued'
- ORDER BY j.id LIMIT $1::integer);
+ GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id LIMIT $1::integer);
