@@ -190,10 +190,14 @@ async def run_command(
 
         run_id = env.get("FLEETQ_RUN_ID", "")
         if waiter in done:
+            # Dated by when the exit was noticed, before the clean-up: a clean-up slowed by
+            # a loaded machine after a freeze must not make an exit the freeze hid look
+            # measured (issue 45: a 1.2 s "measured" overlap where the records had a gap).
+            noticed = time.monotonic()
             await terminate_group(proc.pid, grace_s=0)  # leftovers the command left behind
             await asyncio.to_thread(_end_run, run_id, proc.pid)
             gone = time.monotonic()
-            dated = watch.dated(gone)
+            dated = watch.dated(noticed) and watch.dated_after(noticed, gone)
             finished = exited(proc.returncode, read_tail(log_path), elapsed())
             limit = (limits or Limits()).reason(finished.signal)
             if limit is not None:
@@ -219,7 +223,10 @@ async def run_command(
         await waiter
         await asyncio.to_thread(_end_run, run_id, proc.pid)
         gone = time.monotonic()
-        dated = watch.dated_after(stop_sent, gone) if running else watch.dated(gone)
+        # An end the stop caused is dated unless the loop stalled since the stop went out;
+        # a process that had exited, unnoticed, before it did so during a stall, at a time
+        # nobody saw: not dated (it was, by `gone`, which a slow clean-up put seconds late)
+        dated = running and watch.dated_after(stop_sent, gone)
         if timed_out:
             return Finished(
                 Outcome.FAILED,

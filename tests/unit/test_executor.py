@@ -325,6 +325,66 @@ async def test_an_exit_noticed_after_the_runner_stalled_is_not_dated(tmp_path: P
     assert finished.ended_monotonic is not None and not finished.end_dated
 
 
+def _slow_clean_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clean-up after a run (in a thread) takes longer than a stall, as on a machine
+    loaded by other work: the loop keeps running meanwhile."""
+    end_run = executor._end_run
+
+    def slow(run_id: str, session: int) -> None:
+        time.sleep(2 * stalls.STALL_S)
+        end_run(run_id, session)
+
+    monkeypatch.setattr(executor, "_end_run", slow)
+
+
+async def test_an_exit_a_stall_hid_stays_undated_however_slow_the_clean_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: the end was dated after the clean-up, and a clean-up slower than the
+    stall's margin made an exit the freeze hid look measured (a 1.2 s "measured" overlap
+    where the jobs' records showed a 4.6 s gap). Red before: end_dated was True."""
+    _slow_clean_up(monkeypatch)
+
+    async def frozen(_pid: int, _at: datetime) -> None:
+        time.sleep(2 * stalls.STALL_S)  # noqa: ASYNC251 - the fault: the loop does not run
+
+    finished = await executor.run_command(
+        "true",
+        cwd=tmp_path,
+        env=executor.job_environment({"FLEETQ_RUN_ID": "r-stall-slow"}),
+        timeout_s=30,
+        log_path=tmp_path / "logs" / "job.log",
+        on_start=frozen,
+        stop=asyncio.Event(),
+    )
+    assert finished.outcome == Outcome.SUCCEEDED and not finished.end_dated
+
+
+async def test_a_stop_of_a_run_that_exited_in_a_stall_is_not_dated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner thaws to a stop (its lease moved on) for a process that exited while
+    it was frozen: the stop caused no end, and when the exit was is unknown. Red before:
+    dated by the end of a clean-up that came seconds after the stall."""
+    _slow_clean_up(monkeypatch)
+    stop = asyncio.Event()
+
+    async def frozen(_pid: int, _at: datetime) -> None:
+        stop.set()  # the stop is due as the runner thaws
+        time.sleep(2 * stalls.STALL_S)  # noqa: ASYNC251 - the fault: the loop does not run
+
+    finished = await executor.run_command(
+        "true",
+        cwd=tmp_path,
+        env=executor.job_environment({"FLEETQ_RUN_ID": "r-stall-zombie"}),
+        timeout_s=30,
+        log_path=tmp_path / "logs" / "job.log",
+        on_start=frozen,
+        stop=stop,
+    )
+    assert not finished.end_dated, finished
+
+
 async def test_an_exit_noticed_as_it_happens_is_dated(tmp_path: Path) -> None:
     finished, _ = await _run("sleep 0.3", tmp_path)
     assert finished.outcome == Outcome.SUCCEEDED and finished.end_dated
