@@ -26,8 +26,8 @@ from fleetq.console.screenful import tick  # noqa: E402
 from fleetq.console.source import Source  # noqa: E402
 from fleetq.core import migrate  # noqa: E402
 from fleetq.core.db import connect, resolve_dsn  # noqa: E402
+from fleetq.core.jobpages import JobFilter  # noqa: E402
 from fleetq.core.models import JobId  # noqa: E402
-from fleetq.core.views import JobFilter  # noqa: E402
 from tests import factories  # noqa: E402
 from tests.console.conftest import SIZE, settled, show, until  # noqa: E402
 

@@ -25,8 +25,8 @@ from fleetq.console.views.jobs import JobsView
 from fleetq.console.views.runners import RunnersView
 from fleetq.console.views.schedules import SchedulesView
 from fleetq.core.errors import FleetqError
-from fleetq.core.models import JobId, RunnerState
-from fleetq.core.views import JobFilter
+from fleetq.core.jobpages import JobFilter
+from fleetq.core.models import CancelResult, JobId, RunnerState
 
 if TYPE_CHECKING:
     from fleetq.console.app import ConsoleApp
@@ -61,6 +61,10 @@ class Operator:
     def shown(self, action: str) -> bool:
         """Whether `action`'s key is offered now (in its views, to a login that may)."""
         return self.may(action) and self.app.current in ACTION_VIEWS[action]
+
+    def refused(self, action: str) -> bool:
+        """Whether `action`'s key, in its own view, is refused to this login (and says so)."""
+        return not self.may(action) and self.app.current in ACTION_VIEWS[action]
 
     def allowed(self, action: str) -> bool:
         """Whether `action` may run now; if not, say why (keys and the palette alike)."""
@@ -145,7 +149,10 @@ class Operator:
         changed = sum(r.previous_state != r.state for r in results)
         left = f"; {moved} no longer matched the filter, left alone" if moved else ""
         app.post_message(
-            Acted(f"cancelled {changed} of {total} job(s); {pending} stop(s) pending{left}")
+            Acted(
+                f"cancelled {changed} of {total} job(s); {pending} stop(s) pending{left}"
+                + _not_cancelled(results)
+            )
         )
 
     def copy(self) -> None:
@@ -318,3 +325,14 @@ def _cancel_text(
         "at once." + (f" Skipping {len(finished)} finished." if finished else "") + left_alone
     )
     return f"Cancel {count} {noun}{where}?", body
+
+
+def _not_cancelled(results: list[CancelResult]) -> str:
+    """Why some were not cancelled: they had ended (or were cancelled) before the cancel
+    reached them, since the screen was read."""
+    ended = [r for r in results if r.previous_state == r.state]
+    if not ended:
+        return ""
+    named = ", ".join(f"job {r.job_id} {r.state.value}" for r in ended[:5])
+    more = f" and {len(ended) - 5} more" if len(ended) > 5 else ""
+    return f"; {len(ended)} had already ended ({named}{more})"

@@ -23,8 +23,9 @@ from textual.widgets import ContentSwitcher, Footer, Header, Input
 
 from fleetq.console import screen
 from fleetq.console.acting import ACTIONS, Operator
-from fleetq.console.commands import VIEWS, parse_command, subtitle, system_commands
-from fleetq.console.dialogs import CommandLine, Help
+from fleetq.console.commands import carry_out, parse_command, subtitle, system_commands
+from fleetq.console.dialogs import CommandLine
+from fleetq.console.help import Help
 from fleetq.console.keys import GLOBAL_BINDINGS, KEYBOARD_MOVERS
 from fleetq.console.live import Follower
 from fleetq.console.lookups import Lookups
@@ -46,7 +47,7 @@ from fleetq.console.reading import Reads
 from fleetq.console.screenful import focus_view, show_overview, tick, view_ready
 from fleetq.console.source import Source
 from fleetq.console.text import escape
-from fleetq.console.typeahead import HOLD_LIMIT_S, TypeAhead
+from fleetq.console.typeahead import HOLD_LIMIT_S, TypeAhead, unmerged
 from fleetq.console.views.detail import DetailView
 from fleetq.console.views.events import EventsView
 from fleetq.console.views.jobs import JobsView
@@ -55,10 +56,9 @@ from fleetq.console.views.overlaps import OverlapsView
 from fleetq.console.views.overview import OverviewView
 from fleetq.console.views.runners import RunnersView
 from fleetq.console.views.schedules import SchedulesView
+from fleetq.core.jobpages import JobFilter
 from fleetq.core.models import JobId
-from fleetq.core.views import JobFilter, Overview
-
-__all__ = ["VIEWS", "ConsoleApp"]
+from fleetq.core.views import Overview
 
 
 class ConsoleApp(App[None]):
@@ -68,6 +68,7 @@ class ConsoleApp(App[None]):
     CSS = """
     Screen.stale Header { background: $error; }
     ContentSwitcher { height: 1fr; }
+    App.-no-color DataTable > .datatable--cursor { text-style: bold reverse; }
     """
     BINDINGS: ClassVar[list[BindingType]] = GLOBAL_BINDINGS
 
@@ -85,8 +86,9 @@ class ConsoleApp(App[None]):
         resync_s: float = 5.0,
     ) -> None:
         super().__init__()
-        if self.no_color:
+        if self.no_color:  # colours gone: the cursor row is reverse video, not only bold
             self._filters = screen.without_colour(self._filters)
+            self.add_class("-no-color")
         self.source = Source(dsn, clock=clock)
         self.readonly = readonly
         self.actor = actor or getpass.getuser()
@@ -144,6 +146,10 @@ class ConsoleApp(App[None]):
 
     async def on_event(self, event: events.Event) -> None:
         """Keys typed while their target is not ready wait for it (typeahead)."""
+        if isinstance(event, events.Key) and (keys := unmerged(event)):
+            for key in keys:  # Esc and a key typed at once, read as one Alt-key
+                await self.on_event(key)
+            return
         if isinstance(event, events.Key) and not event.is_forwarded:
             if self.typeahead.overdue():
                 await self.typeahead.replay(self.typeahead.take(), self._route)
@@ -189,6 +195,8 @@ class ConsoleApp(App[None]):
             return not typing
         if action in ACTIONS:
             return not typing and self.operator.shown(action)
+        if action == "refused":
+            return not typing and self.operator.refused(str(parameters[0]))
         return True
 
     @on(AccessRead)
@@ -276,11 +284,11 @@ class ConsoleApp(App[None]):
             self.query_one(EventsView).search_runner(message.runner, message.since)
             self.action_view("events")
             return
-        self._show_jobs(JobFilter(runner=message.runner, lane=message.lane))
+        self.show_jobs(JobFilter(runner=message.runner, lane=message.lane))
 
-    def _show_jobs(self, where: JobFilter) -> None:
-        """The jobs view under `where` (a drill-down, or `:jobs FILTER`)."""
-        self.query_one(JobsView).set_filter(where)
+    def show_jobs(self, where: JobFilter, *, typed: bool = False) -> None:
+        """The jobs view under `where` (a drill-down, or `:jobs FILTER`: typed)."""
+        self.query_one(JobsView).set_filter(where, typed=typed)
         self.where = where
         self.action_view("jobs")
 
@@ -295,23 +303,8 @@ class ConsoleApp(App[None]):
 
     def action_command_line(self) -> None:
         """`:`: keys typed at once (`:job 61⏎`) wait for the line to mount."""
-
-        def chosen(line: str | None) -> None:
-            command = parse_command(line)
-            if command.quit:
-                self.exit()
-            elif command.error:
-                self.notify(command.error, title=":", severity="error", markup=False)
-            elif command.where is not None:
-                self._show_jobs(command.where)
-            elif command.job is not None:
-                self.detail_job = command.job
-                self.action_view("detail")
-            elif command.view:
-                self.action_view(command.view)
-
         self.hold_keys("the command line")
-        self.push_screen(CommandLine(), chosen)
+        self.push_screen(CommandLine(), lambda line: carry_out(self, parse_command(line)))
 
     def action_reload(self) -> None:  # r
         self.post_message(Hint(resync=True))
@@ -341,6 +334,9 @@ class ConsoleApp(App[None]):
     def action_cancel_jobs(self) -> None:
         """Cancel the marked jobs (or the selected one), after a confirmation."""
         self.after_keys("the cancel dialog", self.operator.cancel_jobs)
+
+    def action_refused(self, action: str) -> None:
+        self.operator.allowed(action)  # says why not
 
     def action_runner_state(self, state: str) -> None:
         """Drain, pause or resume the selected runner (or schedule), after asking."""

@@ -14,8 +14,8 @@ from textual.app import SystemCommand
 
 from fleetq.console.text import escape
 from fleetq.console.views.filters import parse_filter
+from fleetq.core.jobpages import JobFilter
 from fleetq.core.models import JobId
-from fleetq.core.views import JobFilter
 
 if TYPE_CHECKING:
     from fleetq.console.app import ConsoleApp
@@ -62,6 +62,21 @@ def parse_command(line: str | None) -> Command:
     if name not in VIEWS:
         return Command(error=f"no view named '{escape(name)}': {', '.join(VIEWS)}")
     return Command(view=name)
+
+
+def carry_out(app: ConsoleApp, command: Command) -> None:
+    """Do what a `:` line asked for (a `:jobs` filter is typed: Esc clears it first)."""
+    if command.quit:
+        app.exit()
+    elif command.error:
+        app.notify(command.error, title=":", severity="error", markup=False)
+    elif command.where is not None:
+        app.show_jobs(command.where, typed=True)
+    elif command.job is not None:
+        app.detail_job = command.job
+        app.action_view("detail")
+    elif command.view:
+        app.action_view(command.view)
 
 
 def connection_trouble(text: str) -> str:

@@ -1,5 +1,5 @@
-"""Modal dialogs: confirmations that name targets and effect, the drain form, help, and
-the `:` command line."""
+"""Modal dialogs: confirmations that name targets and effect, the drain form, a runner's
+hour and the `:` command line (the help is `help.py`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, DataTable, Input, Static
@@ -30,7 +30,7 @@ DIALOG DataTable { height: auto; max-height: 14; }
 """
 
 
-def _css(name: str) -> str:
+def dialog_css(name: str) -> str:
     """The shared dialog look, for one screen class (screen CSS is scoped to its type)."""
     return DIALOG_CSS.replace("DIALOG", name)
 
@@ -57,7 +57,7 @@ class Confirm(ModalScreen[bool]):
     button (Tab moves between them), `y` confirms, `n` or Esc cancels, as the line under
     the text says."""
 
-    DEFAULT_CSS = _css("Confirm")
+    DEFAULT_CSS = dialog_css("Confirm")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes", priority=True),
         Binding("n", "answer(False)", "No", priority=True),
@@ -157,7 +157,7 @@ KEYS_LINE = "type the reason · Enter in it: to the {verb} button · Enter there
 class DrainForm(Asking):
     """Drain a runner: the reason to record, and what happens to each affected job."""
 
-    DEFAULT_CSS = _css("DrainForm")
+    DEFAULT_CSS = dialog_css("DrainForm")
     default_reason = "drained in console"
 
     def __init__(self, runner: str, preview: list[tuple[int, str, str]]) -> None:
@@ -201,7 +201,7 @@ class DrainForm(Asking):
 class ReasonForm(Asking):
     """An action that records why (pausing a schedule): the reason is required."""
 
-    DEFAULT_CSS = _css("ReasonForm")
+    DEFAULT_CSS = dialog_css("ReasonForm")
     required = True
 
     def __init__(self, title: str, effect: str, verb: str) -> None:
@@ -243,7 +243,7 @@ BENIGN_KINDS = {"stale_self_race": "a renewal that raced its own outcome"}
 class HourSheet(ModalScreen[bool]):
     """A runner's last hour: its events counted by kind, incidents first; `e` lists them."""
 
-    DEFAULT_CSS = _css("HourSheet")
+    DEFAULT_CSS = dialog_css("HourSheet")
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,h", "close(False)", "Close", priority=True),
         Binding("e,enter", "close(True)", "Its events", priority=True),
@@ -283,87 +283,6 @@ def hour_text(kinds: list[tuple[str, int, datetime]]) -> Text:
         text.append(f"  {kind:18} {n:6}  {meaning:44}   last at {last:%H:%M:%S}\n")
     text.rstrip()
     return text
-
-
-HELP = """\
-Views        1 overview  2 lanes  3 jobs  4 job detail  5 runners  6 events  7 overlaps
-             8 schedules
-             :name switches too (:overview :lanes :jobs :runners :events :overlaps :quit),
-             :job 42 (or :42) opens a job's detail;  Esc or Backspace goes back
-Moving       arrows or j/k, PageUp/PageDown, g/Home first row, G/End last row
-Jobs         / filter: lane: state: project: runner: reassigned>0 lost>0, and one free
-             word (a job id, commit prefix, operation, project or submitter);
-             :jobs state:running works from anywhere (→ completes)
-             space mark   v mark a range   A mark every job the filter matches
-             Esc closes the box, then clears the marks, then the filter you typed
-             Enter open detail
-Events       / searches the whole history on the server: runner:node-a/r1 job:61
-             kind:lease_expired since:30m until:12:05 (a bare id, runner or kind
-             works too); n reads the next, older page; Esc back to the live tail
-             Enter opens the event's job
-Job detail   / shows only the output lines holding a word (Esc shows all again)
-Overlaps     every window two executions of one job ran at once; Enter opens the job
-Schedules    next tick, last job fired (Enter opens it); p pause (a reason), u resume
-Drill down   Enter on a runner: its jobs (e: its events, h: its last hour: lease
-             expiries, self-fences, stops, stale writes); Enter on a lane: its jobs
-Overview     a: the jobs behind the alerts (stops, overlaps, jobs no runner can take);
-             Enter opens one
-Lanes        the highlighted lane's runners (who can claim its work now, why not the
-             others) and its queue depth and wait by class, a column a minute, 60 min
-Screen       Z freezes it (Z again thaws; r reloads)   c copies the job's id and commit
-             w (jobs) every column or the narrow set   s (jobs) sort: newest, oldest,
-             state, lease left, lost/reassigned
-Actions      C cancel the marked jobs (or the one under the cursor)
-             d drain   p pause   u resume the runner under the cursor (view 5)
-             every action asks first, focus on No: y yes, n/Esc no, Enter the
-             focused button; drain and pause take a reason: type it, Enter moves
-             to the button, Enter again acts. Hidden with --readonly and for a
-             reader login
-Anywhere     r reload now   Ctrl-s save an SVG screenshot   Ctrl-p palette   ? or F1 help
-             q or Ctrl-c quit
-
-Live: the console LISTENs to the database; a lost connection shows "stale since" in the
-title bar and disables actions until it has reconnected and read everything again.
-"""
-
-
-class Help(ModalScreen[None]):
-    """Every key; it scrolls (j/k, arrows, PgUp/PgDn, g/G) when the terminal is short."""
-
-    DEFAULT_CSS = (
-        _css("Help")
-        + """
-    Help > Vertical { height: 1fr; }
-    Help VerticalScroll { height: 1fr; }
-    """
-    )
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q,question_mark,f1", "close", "Close", priority=True),
-        Binding("j", "scroll('down')", "Down", show=False),
-        Binding("k", "scroll('up')", "Up", show=False),
-        Binding("g", "scroll('home')", "Top", show=False),
-        Binding("G", "scroll('end')", "End", show=False),
-    ]
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static(Text("fleetq-console keys (j/k, PgUp/PgDn scroll; Esc closes)", "bold"))
-            with VerticalScroll(id="help-body"):
-                yield Static(Text(HELP))
-
-    def on_mount(self) -> None:
-        focus_now(self.query_one("#help-body", VerticalScroll))
-
-    def action_scroll(self, where: str) -> None:
-        body = self.query_one("#help-body", VerticalScroll)
-        {"down": body.scroll_down, "up": body.scroll_up}.get(where, lambda: None)()
-        if where == "home":
-            body.scroll_home(animate=False)
-        elif where == "end":
-            body.scroll_end(animate=False)
-
-    def action_close(self) -> None:
-        self.dismiss(None)
 
 
 # what `:` completes (→ or End takes the suggestion)

@@ -9,20 +9,24 @@ from fleetq.console.commands import VIEWS
 
 KEYBOARD_MOVERS = frozenset({"view", "command_line", "help"})  # off while typing in a box
 
-# Help and Quit first: a narrow footer cuts from the right, and they must stay.
+# Help and Quit first, then the view's actions: a narrow footer cuts from the right, and
+# those must stay (the views' numbers are in the help and the palette).
 GLOBAL_BINDINGS: list[BindingType] = [
     Binding("question_mark,f1", "help", "Help", priority=True),
     Binding("q", "quit", "Quit"),
-    *(
-        Binding(str(n), f"view('{name}')", name.capitalize(), priority=True)
-        for n, name in enumerate(VIEWS, start=1)
-    ),
     Binding("escape,backspace", "go_back", "Back", show=False),
     # actions open a dialog: priority, so the keys typed after them wait for it
     Binding("C", "cancel_jobs", "Cancel", priority=True),
     Binding("d", "runner_state('draining')", "Drain", priority=True),
     Binding("p", "runner_state('paused')", "Pause", priority=True),
     Binding("u", "runner_state('active')", "Resume", priority=True),
+    # the same keys for a login that may not: hidden, and they say why (not silent)
+    Binding("C", "refused('cancel_jobs')", show=False, priority=True),
+    Binding("d,p,u", "refused('runner_state')", show=False, priority=True),
+    *(
+        Binding(str(n), f"view('{name}')", name.capitalize(), priority=True)
+        for n, name in enumerate(VIEWS, start=1)
+    ),
     Binding("colon", "command_line", ":view", show=False, priority=True),
     Binding("r", "reload", "Reload", show=False),
     Binding("Z", "freeze", "Freeze", show=False),

@@ -27,7 +27,8 @@ from fleetq.console.messages import (
 )
 from fleetq.console.screenful import db_clock
 from fleetq.core.errors import FleetqError
-from fleetq.core.views import EventQuery, JobFilter
+from fleetq.core.jobpages import JobFilter
+from fleetq.core.views import EventQuery
 
 if TYPE_CHECKING:
     from fleetq.console.app import ConsoleApp

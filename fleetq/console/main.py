@@ -10,7 +10,8 @@ from pathlib import Path
 
 from fleetq import __version__
 from fleetq.console import screen
-from fleetq.console.app import VIEWS, ConsoleApp
+from fleetq.console.app import ConsoleApp
+from fleetq.console.commands import VIEWS
 from fleetq.core.db import resolve_dsn
 from fleetq.core.errors import FleetqError
 from fleetq.core.models import JobId

@@ -10,10 +10,11 @@ from typing import Any, TypeVar
 
 from textual.message import Message
 
+from fleetq.core.jobpages import JobFilter, JobPage
 from fleetq.core.models import Event, JobId
 from fleetq.core.schedules import Listed
 from fleetq.core.stats import Overlap
-from fleetq.core.views import Access, AlertJob, Heartbeat, JobDetail, JobFilter, JobPage, Overview
+from fleetq.core.views import Access, AlertJob, Heartbeat, JobDetail, Overview
 
 M = TypeVar("M")
 

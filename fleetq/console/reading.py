@@ -19,9 +19,10 @@ from fleetq.console.screenful import show_loaded, view_ready
 from fleetq.console.source import Source
 from fleetq.console.text import escape
 from fleetq.console.views.detail import DetailView
+from fleetq.console.views.jobs import JobsView
 from fleetq.core.errors import FleetqError, NotFound
+from fleetq.core.jobpages import JobFilter, JobOrder
 from fleetq.core.models import JobId
-from fleetq.core.views import JobFilter
 
 if TYPE_CHECKING:
     from fleetq.console.app import ConsoleApp
@@ -39,6 +40,7 @@ class Wanted:
     where: JobFilter
     detail_job: JobId | None
     last_event: int | None
+    order: JobOrder = JobOrder.NEWEST  # the jobs view's
 
 
 async def read(source: Source, wanted: Wanted, *, resync: bool, epoch: int) -> list[Message]:
@@ -58,7 +60,7 @@ async def _read(source: Source, wanted: Wanted, *, resync: bool, epoch: int) -> 
     current = wanted.current
     at = await source.now()
     overview = await source.overview(at)
-    page = await source.page(wanted.where, at) if current == "jobs" else None
+    page = await source.page(wanted.where, at, order=wanted.order) if current == "jobs" else None
     overlaps = await source.overlaps() if current == "overlaps" else None
     listed = await source.schedules(at) if current == "schedules" else None
     alerts = await source.alert_jobs(overview.alerts) if current == "overview" else None
@@ -122,7 +124,8 @@ class Reads:
             return
         self._loading = True
         app = self.app
-        wanted = Wanted(app.current, app.where, app.detail_job, app.last_event)
+        order = app.query_one(JobsView).order
+        wanted = Wanted(app.current, app.where, app.detail_job, app.last_event, order)
 
         async def run() -> None:
             for message in await read(app.source, wanted, resync=hint.resync, epoch=self.epoch):

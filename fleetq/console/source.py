@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from fleetq.core import eligibility, fleet, migrate, readers, schedules, stats, views
+from fleetq.core import eligibility, fleet, jobpages, migrate, readers, schedules, stats, views
 from fleetq.core.db import as_uri
 from fleetq.core.driver import (
     AsyncpgDriver,
@@ -22,6 +22,7 @@ from fleetq.core.driver import (
     prepare_asyncpg,
     server_guard,
 )
+from fleetq.core.jobpages import JobFilter, JobOrder, JobPage
 from fleetq.core.models import CancelResult, Event, JobId, JobState, RunnerState
 from fleetq.core.schedules import Listed
 from fleetq.core.stats import Overlap
@@ -32,8 +33,6 @@ from fleetq.core.views import (
     EventQuery,
     Heartbeat,
     JobDetail,
-    JobFilter,
-    JobPage,
     Overview,
 )
 
@@ -85,9 +84,11 @@ class Source:
         """The overview, lanes and runners."""
         return await views.overview(self._db, at=at)
 
-    async def page(self, where: JobFilter, at: datetime) -> JobPage:
+    async def page(
+        self, where: JobFilter, at: datetime, *, order: JobOrder = JobOrder.NEWEST
+    ) -> JobPage:
         """The jobs view's page."""
-        return await views.job_page(self._db, where, limit=PAGE, at=at)
+        return await jobpages.job_page(self._db, where, order=order, limit=PAGE, at=at)
 
     async def detail(self, job_id: JobId, at: datetime) -> JobDetail:
         """The job detail view."""
@@ -134,7 +135,7 @@ class Source:
 
     async def job_ids(self, where: JobFilter) -> list[JobId]:
         """Every job matching the filter (mark all that match)."""
-        return await views.job_ids(self._db, where)
+        return await jobpages.job_ids(self._db, where)
 
     async def search_events(self, query: EventQuery, below: int | None, limit: int) -> list[Event]:
         """A page of an incident search, newest first."""
@@ -160,9 +161,9 @@ class Source:
         """For each job a drain of `runner` affects (what it holds, and queued jobs it could
         take), whether another eligible runner with room exists: (job, state, answer).
         One eligibility read for all of them."""
-        page = await views.job_page(self._db, JobFilter(runner=runner), limit=50)
+        page = await jobpages.job_page(self._db, JobFilter(runner=runner), limit=50)
         held = [job for job in page.jobs if job.state.live]
-        queued = await views.job_page(self._db, JobFilter(state=JobState.QUEUED), limit=200)
+        queued = await jobpages.job_page(self._db, JobFilter(state=JobState.QUEUED), limit=200)
         verdicts = {**queued.waiting, **await eligibility.explain_many(self._db, held)}
         preview: list[tuple[int, str, str]] = []
         for job in [*held, *queued.jobs]:

@@ -98,6 +98,10 @@ def lanes(detail: JobDetail) -> list[Lane]:
             if current.claimed is None or renewed > current.claimed:
                 current.marks.append((renewed, "heartbeat"))
     for lane in by_token.values():
+        if lane.started is not None and lane.claimed is not None:
+            # a handler starts at its claim: its row's start is the job's claim time, a
+            # hair before the claim's event (S drew left of C, "start after -0ms")
+            lane.started = max(lane.started, lane.claimed)
         if lane.started is not None:
             lane.marks.append((lane.started, "start"))
         if lane.ended is not None and lane.end_label not in ("lease_expired",):

@@ -76,3 +76,16 @@ def focus_now(widget: Widget) -> None:
     """Give `widget` the keyboard at once: `Widget.focus` waits a turn of the app's
     queue, and keys read in that turn went to the widget before it."""
     widget.screen.set_focus(widget)
+
+
+def unmerged(key: events.Key) -> list[events.Key]:
+    """Esc and the key typed right after it, as two keys. A terminal sends Alt-x as Esc
+    then x, so Esc typed quickly before a view's number (`Esc 3`: close the box, then
+    the jobs view) was read as Alt-3, which nothing binds, and both keys were lost.
+    Nothing in the console is bound to Alt: every Alt-key is split. Empty: not merged."""
+    name = key.key
+    if not name.startswith("alt+") or key.is_forwarded:
+        return []
+    char = key.character
+    rest = char if char and char.isalnum() else name.removeprefix("alt+")  # Alt-C: "C"
+    return [events.Key("escape", "\x1b"), events.Key(rest, char)]

@@ -16,12 +16,11 @@ from pydantic import BaseModel, ConfigDict
 from fleetq.core import eligibility, fleet, queries, readers, stats, validation
 from fleetq.core import output as job_output
 from fleetq.core.driver import Driver
-from fleetq.core.models import CancelResult, Event, Job, JobId, JobState, Runner
+from fleetq.core.models import CancelResult, Event, Job, JobId, Runner
 
 THROUGHPUT_BUCKET_S = 60
 THROUGHPUT_BUCKETS = 30
 QUEUE_WAIT_WINDOW_S = 15 * 60
-COUNT_CAP = 100_000  # the jobs view counts matches up to this
 OVERLAPS_SHOWN = 20  # open overlap windows read for the alert strip
 ALERT_JOBS = 50  # the jobs each overview alert lists at most (to open one)
 HISTORY_MINUTES = 60  # queue history shown, one sample a minute
@@ -141,40 +140,6 @@ class Overview(_View):
         return total
 
 
-class JobFilter(_View):
-    """The jobs view's filter; each field optional."""
-
-    state: JobState | None = None
-    lane: str | None = None
-    project: str | None = None
-    runner: str | None = None
-    reassigned: bool = False  # only jobs reassigned at least once (an incident's trail)
-    lost: bool = False  # only jobs lost at least once
-    word: str | None = None  # a job id, commit prefix, operation, project or submitter
-
-    def arguments(self) -> tuple[object, ...]:
-        """The filter as views_jobs' first seven parameters."""
-        return (
-            self.state.value if self.state else None,
-            self.lane,
-            self.project,
-            self.runner,
-            self.reassigned,
-            self.lost,
-            self.word,
-        )
-
-
-class JobPage(_View):
-    """A page of jobs with, for each queued one, why it waits."""
-
-    now: datetime
-    where: JobFilter  # the filter this page answers
-    jobs: list[Job]
-    total: int  # jobs matching the filter, beyond the page too (at most COUNT_CAP)
-    waiting: dict[JobId, eligibility.Explanation]
-
-
 class ExecutionRow(_View):
     """One execution (one fencing token) of a job."""
 
@@ -254,25 +219,6 @@ async def overview(driver: Driver, *, at: datetime | None = None) -> Overview:
     )
 
 
-async def job_page(
-    driver: Driver, where: JobFilter, *, limit: int = 500, at: datetime | None = None
-) -> JobPage:
-    """The newest `limit` jobs matching `where`; queued ones get their explanation."""
-    at = at or await now(driver)
-    rows = await driver.fetch(queries.sql("views_jobs"), *where.arguments(), limit)
-    jobs = [Job.model_validate(r) for r in rows]
-    (count,) = await driver.fetch(queries.sql("views_jobs_count"), *where.arguments(), COUNT_CAP)
-    total = int(count["total"])
-    queued = [j for j in jobs if j.state == JobState.QUEUED]
-    return JobPage(
-        now=at,
-        where=where,
-        jobs=jobs,
-        total=total,
-        waiting=await eligibility.explain_many(driver, queued),
-    )
-
-
 async def job_detail(driver: Driver, job_id: JobId, *, at: datetime | None = None) -> JobDetail:
     """A job with its eligibility, executions, overlap windows and history."""
     at = at or await now(driver)
@@ -349,12 +295,6 @@ async def heartbeats(driver: Driver) -> list[Heartbeat]:
     return [
         Heartbeat.model_validate(r) for r in await driver.fetch(queries.sql("views_heartbeats"))
     ]
-
-
-async def job_ids(driver: Driver, where: JobFilter) -> list[JobId]:
-    """Every job matching `where`, newest first, without the page's limit."""
-    rows = await driver.fetch(queries.sql("views_job_ids"), *where.arguments())
-    return [JobId(int(r["id"])) for r in rows]
 
 
 async def cancel_many(

@@ -247,3 +247,27 @@ async def test_the_schedules_view_pauses_with_a_reason_resumes_and_opens_the_las
         await pilot.press("enter")
         await until(pilot, lambda: app.current == "detail")
         assert app.detail_job == ids["queued0"]
+
+
+async def test_a_job_that_ended_before_the_cancel_reached_it_is_named(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Found driving: a job that ended while the dialog was open came back "cancelled 0 of
+    1 job(s)" and nothing more. Red before: the toast did not say the job had ended."""
+    dsn, ids = fleet
+    queued = ids["queued0"]
+    app = console(dsn)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await show(pilot, "3")
+        _cursor_to(app, JobsView, str(queued))
+        await pilot.press("C")
+        await until(pilot, lambda: isinstance(app.screen, Confirm))
+        with connect(dsn, autocommit=True) as conn:  # someone else was quicker
+            conn.execute("SELECT fleetq.cancel($1, 'bob', 'dup')", [queued])
+        await pilot.press("y")
+
+        def said() -> list[str]:
+            return [str(n.message) for n in app._notifications]
+
+        await until(pilot, lambda: any("cancelled 0 of 1" in m for m in said()))
+        assert any(f"1 had already ended (job {queued} cancelled)" in m for m in said()), said()

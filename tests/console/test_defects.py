@@ -13,8 +13,8 @@ from fleetq.console.dialogs import Confirm
 from fleetq.console.messages import Health, Hint
 from fleetq.console.views.jobs import JobsView
 from fleetq.core.db import connect
+from fleetq.core.jobpages import JobFilter
 from fleetq.core.models import Event, JobId
-from fleetq.core.views import JobFilter
 from tests.console.conftest import SIZE, console, settled, show, until
 from tests.console.test_views import _column
 

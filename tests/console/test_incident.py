@@ -4,6 +4,7 @@ app before any of them is handled (`burst`), not one key per turn as `pilot.pres
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,13 +12,15 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from rich.console import Console
 from textual import events
 from textual.filter import Monochrome, NoColor
 from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Input, Static
 from textual.widgets._footer import FooterKey
 
-from fleetq.console.dialogs import DrainForm, Help, HourSheet, hour_text
+from fleetq.console.dialogs import DrainForm, HourSheet, hour_text
+from fleetq.console.help import Help, help_sheet
 from fleetq.console.messages import Hint
 from fleetq.console.screenful import tick
 from fleetq.console.typeahead import HOLD_LIMIT_S
@@ -29,8 +32,9 @@ from fleetq.console.views.runners import COLUMNS as RUNNER_COLUMNS
 from fleetq.console.views.runners import RunnersView, runner_cells
 from fleetq.core import roles
 from fleetq.core.db import as_uri, connect
+from fleetq.core.jobpages import JobFilter
 from fleetq.core.models import JobId, JobState, Runner, RunnerId, RunnerState
-from fleetq.core.views import EventQuery, JobFilter
+from fleetq.core.views import EventQuery
 from tests import factories
 from tests.console import scenario
 from tests.console.conftest import SIZE, console, show, until
@@ -295,6 +299,56 @@ async def test_80x24_keeps_help_and_quit_and_every_runner(
         del ids
 
 
+async def test_80x24_shows_cancel_runner_capacity_and_help_in_its_columns(
+    fleet: tuple[str, dict[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found driving at 80x24: the jobs footer cut Cancel, the runners table cut its lanes
+    (the reason column came first), the help's wrapped lines fell back to column 0, and
+    under NO_COLOR the cursor row was only bold. Red before, each."""
+    dsn, _ids = fleet
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = console(dsn)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await show(pilot, "3")
+        footer = app.screen.query_one("Footer")
+        assert "C" in [k.key for k in footer.query(FooterKey) if k.region.right <= 80]
+        table = app.query_one(JobsView).table
+        assert "reverse" in str(table.get_component_styles("datatable--cursor").text_style)
+        await show(pilot, "5")
+        runners: DataTable[Any] = app.query_one("#runners-table", DataTable)
+        shown = 0
+        for column in runners.ordered_columns:
+            shown += column.get_render_width(runners)
+            if column.key.value == "lanes":
+                break
+        assert shown <= 80
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, Help)
+    width = 72  # the sheet's text at 80 columns, inside its border and padding
+    printer = Console(width=width, record=True, file=io.StringIO())
+    printer.print(help_sheet())
+    text = printer.export_text().splitlines()
+    section = next(i for i, t in enumerate(text) if t.startswith("Views"))
+    indent = text[section].index("1 overview")
+    assert text[section + 1][:indent].strip() == "", text[section : section + 2]
+
+
+async def test_escape_then_a_view_typed_at_once_is_both_keys(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Found driving: Esc then 3 typed quickly reached the app as Alt-3 (a terminal sends
+    Alt-x as Esc x), which nothing binds: the help stayed open. Red before."""
+    dsn, _ids = fleet
+    app = console(dsn)
+    async with app.run_test(size=SIZE) as pilot:
+        await show(pilot, "1")
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, Help))
+        await pilot.press("alt+3")
+        await until(pilot, lambda: app.current == "jobs" and not isinstance(app.screen, Help))
+
+
 # ---- 8: the smaller defects -----------------------------------------------------------
 
 
@@ -335,6 +389,50 @@ async def test_a_reader_login_is_shown_and_offered_no_action(
         await show(pilot, "5")
         actions = {b.binding.action for b in app.screen.active_bindings.values()}
         assert not any(a.startswith("runner_state") for a in actions)
+
+
+async def test_a_reader_s_action_keys_say_why_and_mark_nothing(
+    fleet: tuple[str, dict[str, int]], reader: str
+) -> None:
+    """Found driving: a reader's C and d did nothing, silently, and space and A still
+    marked jobs no cancel could follow. Red before: no word, and marks."""
+    app = console(reader)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await show(pilot, "3")
+        await until(pilot, lambda: "reader login" in app.sub_title)
+
+        def said(what: str) -> bool:
+            return any(what in str(n.message) for n in app._notifications)
+
+        await pilot.press("C")
+        await until(pilot, lambda: said("may not cancel: it reads only"))
+        view = app.query_one(JobsView)
+        await pilot.press("space", "A")
+        await pilot.pause()
+        assert not view.marked
+        await show(pilot, "5")
+        await pilot.press("d")
+        await until(pilot, lambda: said("may not drain, pause and resume"))
+        assert not isinstance(app.screen, DrainForm)
+
+
+async def test_escape_clears_a_jobs_filter_typed_on_the_command_line(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Found driving: `:jobs state:failed` from a job's detail, then Esc, went back to the
+    detail with the filter kept; a typed filter is cleared first (the help says so), and
+    the next Esc goes back. Red before: the first Esc left the jobs view."""
+    dsn, ids = fleet
+    app = console(dsn, view="detail", job=JobId(ids["queued0"]))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.loads > 0 and not app.busy)
+        await pilot.press(":", *"jobs state:failed", "enter")
+        await until(pilot, lambda: app.current == "jobs" and app.where.state == JobState.FAILED)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.where == JobFilter())
+        assert app.current == "jobs"
+        await pilot.press("escape")
+        await until(pilot, lambda: app.current == "detail")
 
 
 async def test_mark_all_matching_then_cancel_in_bulk_names_count_and_filter(
@@ -693,21 +791,28 @@ def test_a_renewal_racing_its_own_outcome_is_not_an_incident_of_the_hour() -> No
     assert not lines["stale_self_race"].startswith("▲") and "raced its own outcome" in text
 
 
-async def test_a_sort_of_a_cut_page_says_it_sorts_the_newest_only(
+async def test_a_sort_of_a_cut_page_leads_with_the_first_of_the_whole_match(
     fleet: tuple[str, dict[str, int]],
 ) -> None:
-    """Found driving: "oldest first" on 1,983 queued jobs led with a job a minute old; the
-    status said only "newest 500 shown", not that the sort covers those alone."""
+    """Found driving: "oldest first" on 1,983 queued jobs led with a job a minute old (the
+    newest 500 read, then sorted). Red before: the top row stayed the oldest of the newest
+    page, not job 1; the page is now cut in the order on the server."""
     dsn, _ids = fleet
     _more_jobs(dsn, 510)
+    with connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT min(id) FROM fleetq.jobs").fetchone()
+    assert row is not None
+    oldest = str(row[0])
     app = console(dsn)
     async with app.run_test(size=SIZE) as pilot:
         await show(pilot, "3")
         view = app.query_one(JobsView)
         status = view.query_one("#jobs-status", Static)
-        assert "— newest 500 shown" in str(status.render())
+        assert "— first 500 newest first shown" in str(status.render())
+        assert oldest not in view.table.rows
         await pilot.press("s")
-        await until(pilot, lambda: "sorted among the newest 500 shown" in str(status.render()))
+        await until(pilot, lambda: "first 500 oldest first shown" in str(status.render()))
+        assert view.table.ordered_rows[0].key.value == oldest
 
 
 async def test_r_brings_a_search_up_to_the_newest_events(

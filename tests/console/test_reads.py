@@ -7,9 +7,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from fleetq.console.source import Source
+from fleetq.console.views.job_cells import SORTS
 from fleetq.core.db import connect
+from fleetq.core.jobpages import JobFilter
 from fleetq.core.models import JobId
-from fleetq.core.views import EventQuery, JobFilter
+from fleetq.core.views import EventQuery
 from tests.console import scenario
 
 
@@ -28,6 +30,11 @@ async def test_every_console_read_answers_on_the_scenario(
         page = await source.page(JobFilter(), at)
         assert {j.id for j in page.jobs} >= set(ids.values()) and page.total >= len(ids)
         assert (await source.page(JobFilter(word=str(ids["overlap"])), at)).jobs[0].id == 2
+        for order, label, key in SORTS[1:]:  # cut on the server as the view sorts on screen
+            assert key is not None
+            cut = await source.page(JobFilter(), at, order=order)
+            expected = sorted(page.jobs, key=lambda j: key(j, at))
+            assert [j.id for j in cut.jobs] == [j.id for j in expected], label
         overlaps = await source.overlaps()
         assert [(o.job_id, o.older_token, o.newer_token) for o in overlaps] == [(2, 1, 2)]
         detail = await source.detail(JobId(ids["unplaceable"]), at)

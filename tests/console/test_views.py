@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Static
 from fleetq.console.messages import Hint
 from fleetq.console.views.jobs import JobsView
 from fleetq.core.db import connect
-from fleetq.core.views import JobFilter
+from fleetq.core.jobpages import JobFilter
 from tests.console import scenario
 from tests.console.conftest import SIZE, console, settled, show, until
 

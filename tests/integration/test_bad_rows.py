@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from fleetq.core import leasing, producer, readers, views
+from fleetq.core import jobpages, leasing, producer, readers, views
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
 from fleetq.core.models import Claim, JobId, JobState, Outcome, OutcomeReport, WriteStatus
@@ -137,7 +137,7 @@ async def test_readers_show_a_payload_as_stored(driver: Driver) -> None:
         assert (await readers.job(driver, job)).payload == value
     listed = {j.id: j.payload for j in await readers.jobs(driver)}
     assert listed == jobs
-    page = await views.job_page(driver, views.JobFilter())
+    page = await jobpages.job_page(driver, jobpages.JobFilter())
     assert {j.id: j.payload for j in page.jobs} == jobs
     assert set(page.waiting) == set(jobs)  # each queued job explained
     for job, value in jobs.items():

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from fleetq.cli.main import main as fleetq
-from fleetq.core import eligibility, leasing, producer, readers, roles, stats, views
+from fleetq.core import eligibility, jobpages, leasing, producer, readers, roles, stats, views
 from fleetq.core import fleet as fleet_api
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.driver import AsyncpgDriver, Driver
@@ -283,7 +283,7 @@ async def test_a_reader_and_an_operator_can_read_what_the_console_and_cli_show(
         reading = await AsyncpgDriver.connect(login(kind, subject))
         try:
             await views.overview(reading)
-            await views.job_page(reading, views.JobFilter())
+            await jobpages.job_page(reading, jobpages.JobFilter())
             detail = await views.job_detail(reading, job)
             assert detail.job.id == job
             await stats.stats(reading)

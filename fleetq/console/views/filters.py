@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from fleetq.core.jobpages import JobFilter
 from fleetq.core.models import JobState
-from fleetq.core.views import JobFilter
 
 KEYS = ("lane", "state", "project", "runner")
 

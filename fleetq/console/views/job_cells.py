@@ -11,14 +11,15 @@ from rich.text import Text
 from fleetq.console.text import age, duration, one_line, plain
 from fleetq.console.views.table import Cell
 from fleetq.core.eligibility import Explanation
+from fleetq.core.jobpages import JobOrder, JobPage
 from fleetq.core.models import Job
-from fleetq.core.views import JobPage
 
 
 def same_page(old: JobPage, new: JobPage) -> bool:
     """The same rows and reasons (cheaper to compare than to build 500 rows of cells)."""
-    return (old.where, old.total, old.jobs, old.waiting) == (
+    return (old.where, old.order, old.total, old.jobs, old.waiting) == (
         new.where,
+        new.order,
         new.total,
         new.jobs,
         new.waiting,
@@ -47,12 +48,19 @@ def lease_left(job: Job, now: datetime) -> float:
 
 
 Order = Callable[[Job, datetime], Any]
-SORTS: tuple[tuple[str, Order | None], ...] = (
-    ("newest first", None),  # the page's own order
-    ("oldest first", lambda j, _now: (j.created_at, j.id)),
-    ("by state", lambda j, _now: (j.state.value, -j.id)),
-    ("least lease left first", lambda j, now: (lease_left(j, now), -j.id)),
-    ("most lost/reassigned first", lambda j, _now: (-(j.lost_count + j.reassign_count), -j.id)),
+# the view's orders, in the order `s` cycles them: the page is cut in that order on the
+# server, and sorted again by the key as it stands on screen (the rows of the old page
+# while the new one is read)
+SORTS: tuple[tuple[JobOrder, str, Order | None], ...] = (
+    (JobOrder.NEWEST, "newest first", None),  # the page's own order
+    (JobOrder.OLDEST, "oldest first", lambda j, _now: (j.created_at, j.id)),
+    (JobOrder.STATE, "by state", lambda j, _now: (j.state.value, -j.id)),
+    (JobOrder.LEASE, "least lease left first", lambda j, now: (lease_left(j, now), -j.id)),
+    (
+        JobOrder.LOST,
+        "most lost/reassigned first",
+        lambda j, _now: (-(j.lost_count + j.reassign_count), -j.id),
+    ),
 )
 
 

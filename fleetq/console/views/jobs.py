@@ -28,8 +28,8 @@ from fleetq.console.views.table import (
     sync,
     visible_keys,
 )
+from fleetq.core.jobpages import COUNT_CAP, JobFilter, JobOrder, JobPage
 from fleetq.core.models import Job, JobId, JobState
-from fleetq.core.views import COUNT_CAP, JobFilter, JobPage
 
 COLUMNS = (
     ("mark", " "),
@@ -70,7 +70,7 @@ class JobsView(Vertical):
     """
 
     class Filtered(Message):
-        """The operator set a new filter."""
+        """The operator set a new filter or sort: the page must be read again."""
 
         def __init__(self, where: JobFilter) -> None:
             super().__init__()
@@ -181,16 +181,23 @@ class JobsView(Vertical):
         self._status()
         if self.marked_where is not None and self.marked_where != page.where:
             self.clear_marks()  # marked as "every match" of a filter no longer shown
-        _, order = SORTS[self.sort]
-        jobs = sorted(page.jobs, key=lambda j: order(j, now)) if order else page.jobs
+        _, _, key = SORTS[self.sort]
+        jobs = sorted(page.jobs, key=lambda j: key(j, now)) if key else page.jobs
         sync(self.table, [self._row(job, page, now) for job in jobs])
 
+    @property
+    def order(self) -> JobOrder:
+        """The order the page is cut in on the server."""
+        return SORTS[self.sort][0]
+
     def action_sort(self) -> None:
-        """s: newest first, oldest first, by state, by lease left, by losses."""
+        """s: newest first, oldest first, by state, by lease left, by losses. The rows on
+        screen are sorted at once; the page cut in the new order follows (a read)."""
         self.sort = (self.sort + 1) % len(SORTS)
         if self.page is not None and self._now is not None:
             self.show(self.page, self._now, redraw=True)
-        self.notify(f"jobs sorted: {SORTS[self.sort][0]}", timeout=2)
+        self.post_message(self.Filtered(self.where))
+        self.notify(f"jobs sorted: {SORTS[self.sort][1]}", timeout=2)
 
     def _status(self) -> None:
         page = self.page
@@ -199,10 +206,13 @@ class JobsView(Vertical):
         shown = len(page.jobs)
         where = describe_filter(page.where) or "no filter"
         total = f"{page.total:,}+" if page.total >= COUNT_CAP else f"{page.total:,}"
-        status = Text(f"{shown:,} of {total} jobs ({where}; {SORTS[self.sort][0]}, s sorts)")
+        order, label, _ = SORTS[self.sort]
+        status = Text(f"{shown:,} of {total} jobs ({where}; {label}, s sorts)")
         if page.total > shown:
-            sorted_ = "sorted among the " if self.sort else ""  # not the whole match
-            status.append(f" — {sorted_}newest {shown:,} shown; narrow with /, A marks all {total}")
+            # the first of the whole match in this order, or (until the page cut in it is
+            # read) the rows of the last page sorted: say which
+            first = f"first {shown:,} {label}" if page.order == order else f"{shown:,} read"
+            status.append(f" — {first} shown; narrow with /, A marks all {total}")
         elif not shown:
             status.append(" — nothing matches" if page.where != JobFilter() else " — no job yet")
         if self.marked:
@@ -268,9 +278,14 @@ class JobsView(Vertical):
         }
         return str(job.id), [cells[k] for k in self.columns]
 
+    def _may_mark(self) -> bool:
+        """Marks are for cancel: a login that may not cancel is told so, not marked."""
+        operator = self.app.operator  # type: ignore[attr-defined]
+        return bool(operator.may("cancel_jobs") or operator.allowed("cancel_jobs"))
+
     def action_mark(self) -> None:
         job = self.selected()
-        if job is None:
+        if job is None or not self._may_mark():
             return
         self.marked.symmetric_difference_update({job})
         self._anchor = job if job in self.marked else None
@@ -281,7 +296,7 @@ class JobsView(Vertical):
     def action_mark_range(self) -> None:
         """Mark every row from the last row marked with space to the cursor."""
         job = self.selected()
-        if job is None:
+        if job is None or not self._may_mark():
             return
         keys = [row.key.value for row in self.table.ordered_rows]
         if self._anchor is None or str(self._anchor) not in keys:
@@ -309,14 +324,16 @@ class JobsView(Vertical):
         else:
             self.app.action_go_back()  # type: ignore[attr-defined]
 
-    def set_filter(self, where: JobFilter) -> None:
-        """Show `where` from the next page on (a drill-down, `:jobs`, Esc: Esc then goes
-        back to where the drill-down came from)."""
+    def set_filter(self, where: JobFilter, *, typed: bool = False) -> None:
+        """Show `where` from the next page on: a drill-down's (Esc then goes back to where
+        it came from) or a typed one (`:jobs FILTER`: Esc clears it first)."""
         self.where = where
-        self.typed = False
+        self.typed = typed
 
     def action_mark_all(self) -> None:
         """A: mark every job matching the filter, however many (read on the server)."""
+        if not self._may_mark():
+            return
         self.app.hold_keys("the marks")  # type: ignore[attr-defined]  # `A C`: what A marks
         self.post_message(self.MarkAll(self.where))
 

@@ -20,15 +20,17 @@ from fleetq.console.views.table import Cell, Change, Table, selected_key, sync, 
 from fleetq.core.models import Runner, RunnerState
 from fleetq.core.views import Heartbeat
 
+# what a runner can take first (a narrow terminal cuts from the right; the table
+# scrolls sideways to the rest)
 COLUMNS = (
     ("runner", "runner"),
     ("state", "state"),
-    ("why", "state reason · actor · since"),
     ("heartbeat", "heartbeat"),
     ("jobs", "jobs"),
-    ("lanes", "lanes (used/slots)"),
-    ("memory", "memory reserved/total MB"),
+    ("lanes", "lanes used/slots"),
+    ("memory", "memory MB reserved/total"),
     ("cpu", "CPUs reserved"),
+    ("why", "state reason · actor · since"),
     ("caps", "capabilities"),
     ("stale", "stale rejections"),
     ("node", "node"),

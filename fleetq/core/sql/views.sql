@@ -140,42 +140,6 @@ SELECT (SELECT count(*) FROM fleetq.jobs
        ARRAY(SELECT job_id FROM fleetq.all_executions WHERE ended_at IS NULL
              GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id) AS overlapping_jobs;
 
--- name: views_jobs
--- One page of jobs, newest first, each filter optional (NULL or false: any). `runner`
--- matches the lease owner or the runner a cancelled job is still reserved on; `word`
--- matches a job id, a commit prefix, an operation, a project or a submitter.
--- $1 state, $2 lane, $3 project, $4 runner, $5 reassigned only, $6 lost only, $7 word,
--- $8 limit
-SELECT *, fleetq.waiting_on(id, state) AS waiting_on
-FROM fleetq.jobs
-WHERE ($1::text IS NULL OR state = $1::text)
-  AND ($2::text IS NULL OR lane = $2::text)
-  AND ($3::text IS NULL OR project = $3::text)
-  AND ($4::text IS NULL OR lease_owner = $4::text OR reserved_on = $4::text)
-  AND (NOT $5::boolean OR reassign_count > 0)
-  AND (NOT $6::boolean OR lost_count > 0)
-  AND ($7::text IS NULL OR id::text = $7::text OR starts_with(commit_sha, lower($7::text))
-       OR operation = $7::text OR project = $7::text OR submitted_by = $7::text)
-ORDER BY id DESC
-LIMIT $8::integer;
-
--- name: views_jobs_count
--- How many jobs match the jobs view's filter, counted up to a cap (the exact figure of a
--- long history is not worth reading it all). $1..$7 as views_jobs, $8 cap
-SELECT count(*) AS total
-FROM (SELECT 1
-      FROM fleetq.jobs
-      WHERE ($1::text IS NULL OR state = $1::text)
-        AND ($2::text IS NULL OR lane = $2::text)
-        AND ($3::text IS NULL OR project = $3::text)
-        AND ($4::text IS NULL OR lease_owner = $4::text OR reserved_on = $4::text)
-        AND (NOT $5::boolean OR reassign_count > 0)
-        AND (NOT $6::boolean OR lost_count > 0)
-        AND ($7::text IS NULL OR id::text = $7::text
-             OR starts_with(commit_sha, lower($7::text)) OR operation = $7::text
-             OR project = $7::text OR submitted_by = $7::text)
-      LIMIT $8::integer) capped;
-
 -- name: views_executions
 -- Every execution of a job, by fencing token, with its claim time from the events (a
 -- running handler's too, which is no row yet: fleetq.all_executions).
@@ -227,21 +191,6 @@ SELECT r.id, r.last_heartbeat_at,
        r.state = 'offline' OR fleetq.runner_is_stale(r.last_heartbeat_at) AS offline
 FROM fleetq.runners r
 WHERE fleetq.runner_listed(r.forgotten_at, r.last_heartbeat_at);
-
--- name: views_job_ids
--- Every job id matching the jobs view's filter, newest first and with no page limit: what
--- "mark all that match" marks, however many. $1..$7 as views_jobs
-SELECT id
-FROM fleetq.jobs
-WHERE ($1::text IS NULL OR state = $1::text)
-  AND ($2::text IS NULL OR lane = $2::text)
-  AND ($3::text IS NULL OR project = $3::text)
-  AND ($4::text IS NULL OR lease_owner = $4::text OR reserved_on = $4::text)
-  AND (NOT $5::boolean OR reassign_count > 0)
-  AND (NOT $6::boolean OR lost_count > 0)
-  AND ($7::text IS NULL OR id::text = $7::text OR starts_with(commit_sha, lower($7::text))
-       OR operation = $7::text OR project = $7::text OR submitted_by = $7::text)
-ORDER BY id DESC;
 
 -- name: views_cancel_many
 -- Cancel many jobs in one statement, each through fleetq.cancel (the same check, audit
