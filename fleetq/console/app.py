@@ -83,7 +83,7 @@ class ConsoleApp(App[None]):
         job: JobId | None = None,
         view: str = "overview",
         title: str | None = None,
-        resync_s: float = 5.0,
+        resync_s: float = 10.0,
     ) -> None:
         super().__init__()
         if self.no_color:  # colours gone: the cursor row is reverse video, not only bold

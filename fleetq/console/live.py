@@ -32,6 +32,11 @@ from fleetq.core.driver import connect_each_host, mapped_errors, server_guard
 from fleetq.core.errors import FleetqError
 
 CHANNELS = ("fleetq_work", "fleetq_control")
+# The safety net re-reads the views every `resync_s`, and the event tail whole only this
+# often: new events are read by id with a look-back (reading.EVENT_LOOKBACK) for late
+# commits, and a thousand events read and compared at each resync were most of an idle
+# console's CPU. A whole read finds an event whose commit came later than the look-back.
+EVENTS_RESYNC_S = 60.0
 APPLICATION_NAME = "fleetq-console-listen"
 log = logging.getLogger(__name__)
 
@@ -46,7 +51,7 @@ class Follower:
         *,
         coalesce_s: float = 0.15,
         poll_s: float = 0.25,
-        resync_s: float = 5.0,
+        resync_s: float = 10.0,
         backoff_s: tuple[float, float] = (0.25, 5.0),
         watching: Callable[[], int | None] = lambda: None,
     ) -> None:
@@ -103,6 +108,7 @@ class Follower:
             # The safety-net resync runs on its own clock: a steady stream of
             # notifications must not postpone it forever.
             resync_at = time.monotonic() + self.resync_s
+            events_at = time.monotonic() + EVENTS_RESYNC_S
             poll_at = time.monotonic() + self.poll_s
             while True:
                 waits = {asyncio.create_task(woken.wait()), asyncio.create_task(lost.wait())}
@@ -126,8 +132,10 @@ class Follower:
                     if guard is not None:
                         await guard(conn)  # a server fenced read-only hears no submit
                     woken.clear()
-                    self.post(Hint(resync=True))
+                    whole = time.monotonic() >= events_at
+                    self.post(Hint(resync=whole))
                     resync_at = time.monotonic() + self.resync_s
+                    events_at = time.monotonic() + EVENTS_RESYNC_S if whole else events_at
                 elif woken.is_set():
                     await asyncio.sleep(self.coalesce_s)  # gather a burst into one read
                     woken.clear()

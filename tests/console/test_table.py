@@ -97,3 +97,26 @@ async def test_a_changed_cell_draws_its_row_again_and_no_other() -> None:
         assert set(drawn) == {7}, drawn
         assert "stopped" in table.render_line(8).text  # the header is line 0
         assert "running" in table.render_line(9).text
+
+
+async def test_a_changed_cell_is_drawn_again_and_its_row_s_other_cells_are_not() -> None:
+    """A runner's row drew its eleven cells again each second for its one ticking age
+    (a tenth of the console's idle CPU in the runners view). Red before: the row's other
+    cells lost their drawings too."""
+    app = _Ours()
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(Table)
+        sync(table, [(str(n), [str(n), f"11:59:{n:02}", "running"]) for n in range(5)])
+        await pilot.pause()
+
+        def drawn(row: str, column: str) -> bool:
+            return any(
+                (key[0].value, key[1].value) == (row, column)
+                for key in table._cell_render_cache.keys()  # noqa: SIM118 - no __iter__
+            )
+
+        assert drawn("3", "job") and drawn("3", "ended")
+        table.update_cells([("3", "ended", "stopped")])
+        assert drawn("3", "job") and drawn("3", "from") and not drawn("3", "ended")
+        await pilot.pause()
+        assert drawn("3", "ended") and "stopped" in table.render_line(4).text

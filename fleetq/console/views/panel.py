@@ -8,7 +8,7 @@ from textual.widgets import Static
 
 class Panel(Static):
     """A `Static` whose `show` skips text it shows already: an update lays the whole
-    screen out again, and the overview's 5-s resync and the detail's 1-s tick mostly
+    screen out again, and the overview's resync and the detail's 1-s tick mostly
     bring the same text (19 layouts in 44 s of an idle overview)."""
 
     shown: Text | None = None

@@ -74,23 +74,25 @@ class Table(DataTable[Cell]):
         cache of drawn cells and lines is keyed by, so one clock ticking in one column
         drew every visible cell again each second (the jobs view at rest took 8 % of a
         core at 160x48). Here only the changed rows' cached renderings are dropped."""
-        rows: set[RowKey] = set()
+        cells: set[tuple[RowKey, ColumnKey]] = set()
         for row_key, column_key, value in changes:
             row = RowKey(row_key) if isinstance(row_key, str) else row_key
             column = ColumnKey(column_key) if isinstance(column_key, str) else column_key
             if row not in self._row_locations or column not in self._column_locations:
                 raise CellDoesNotExist(f"no cell at row {row.value!r}, column {column.value!r}")
             self._data[row][column] = literal(value)
-            rows.add(row)
-        if rows:
-            self._forget_rows(rows)
+            cells.add((row, column))
+        if cells:
+            self._forget_cells(cells)
 
-    def _forget_rows(self, rows: set[RowKey]) -> None:
-        """Drop what DataTable drew of `rows` (cells, row lines, screen lines), and ask
-        for those rows alone to be drawn again."""
+    def _forget_cells(self, cells: set[tuple[RowKey, ColumnKey]]) -> None:
+        """Drop what DataTable drew of `cells` and of their rows' lines, and ask for those
+        rows alone to be drawn again: a row's other cells keep their drawings (a runner's
+        row drew its eleven cells again each second for one ticking age)."""
+        rows = {row for row, _ in cells}
         indices = {self._row_locations.get(row) for row in rows}
         _discard(self._row_renderable_cache, lambda key: key[1] in indices)
-        _discard(self._cell_render_cache, lambda key: key[0] in rows)
+        _discard(self._cell_render_cache, lambda key: (key[0], key[1]) in cells)
         _discard(self._row_render_cache, lambda key: key[0] in rows)
         _discard(self._line_cache, lambda key: self._line_row(key[0]) in rows)
         for index in indices:
