@@ -132,11 +132,12 @@ class Operator:
         match it (a job marked queued that has started since is not cancelled unseen)."""
         app = self.app
         jobs = app.query_one(JobsView)
-        moved = 0
+        moved: list[JobId] = []
+        marked = len(targets)
         try:
             if where is not None:
                 still = set(await app.source.job_ids(where))
-                moved = sum(t not in still for t in targets)
+                moved = [t for t in targets if t not in still]
                 targets = [t for t in targets if t in still]
             total = len(targets)
             results = await app.source.cancel(
@@ -147,10 +148,11 @@ class Operator:
             return
         pending = sum(r.stop_pending for r in results)
         changed = sum(r.previous_state != r.state for r in results)
-        left = f"; {moved} no longer matched the filter, left alone" if moved else ""
+        gone = _named([f"job {j}" for j in moved])
+        left = f"; {len(moved)} no longer matched the filter, left alone ({gone})" if moved else ""
         app.post_message(
             Acted(
-                f"cancelled {changed} of {total} job(s); {pending} stop(s) pending{left}"
+                f"cancelled {changed} of {marked} job(s); {pending} stop(s) pending{left}"
                 + _not_cancelled(results)
             )
         )
@@ -216,16 +218,25 @@ class Operator:
             app.hold_keys("the drain form")  # a reason typed at once belongs to it
             self._work(lambda: self._preview_drain(runner))
             return
-        verb = "Resume" if target == RunnerState.ACTIVE else "Pause"
-        body = Text(f"{verb} runner ")
+        if target == RunnerState.PAUSED:  # a reason, as for a drain (the help says so)
+            app.hold_keys("the pause form")  # a reason typed at once belongs to it
+
+            def reasoned(reason: str | None) -> None:
+                if reason is not None and self.allowed("runner_state"):
+                    self.set_runner_state(runner, target, reason)
+
+            effect = f"It {RUNNER_EFFECTS[target]}."
+            app.push_screen(ReasonForm(f"Pause runner {escape(runner)}", effect, "Pause"), reasoned)
+            return
+        body = Text("Resume runner ")
         body.append(escape(runner), style="bold")
         body.append(f": {RUNNER_EFFECTS[target]}.")
 
         def answered(yes: bool | None) -> None:
             if yes and self.allowed("runner_state"):
-                self.set_runner_state(runner, target, f"{verb.lower()}d in console")
+                self.set_runner_state(runner, target, "resumed in console")
 
-        app.push_screen(Confirm(f"{verb} {escape(runner)}?", body), answered)
+        app.push_screen(Confirm(f"Resume {escape(runner)}?", body), answered)
 
     async def _preview_drain(self, runner: str) -> None:
         try:
@@ -333,6 +344,11 @@ def _not_cancelled(results: list[CancelResult]) -> str:
     ended = [r for r in results if r.previous_state == r.state]
     if not ended:
         return ""
-    named = ", ".join(f"job {r.job_id} {r.state.value}" for r in ended[:5])
-    more = f" and {len(ended) - 5} more" if len(ended) > 5 else ""
-    return f"; {len(ended)} had already ended ({named}{more})"
+    named = _named([f"job {r.job_id} {r.state.value}" for r in ended])
+    return f"; {len(ended)} had already ended ({named})"
+
+
+def _named(items: list[str], shown: int = 5) -> str:
+    """The first few items, and how many more."""
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more

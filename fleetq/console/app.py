@@ -47,7 +47,7 @@ from fleetq.console.reading import Reads
 from fleetq.console.screenful import focus_view, show_overview, tick, view_ready
 from fleetq.console.source import Source
 from fleetq.console.text import escape
-from fleetq.console.typeahead import HOLD_LIMIT_S, TypeAhead, unmerged
+from fleetq.console.typeahead import HOLD_LIMIT_S, TypeAhead, read_escape_digits_as_alt, unmerged
 from fleetq.console.views.detail import DetailView
 from fleetq.console.views.events import EventsView
 from fleetq.console.views.jobs import JobsView
@@ -86,6 +86,7 @@ class ConsoleApp(App[None]):
         resync_s: float = 10.0,
     ) -> None:
         super().__init__()
+        read_escape_digits_as_alt()
         if self.no_color:  # colours gone: the cursor row is reverse video, not only bold
             self._filters = screen.without_colour(self._filters)
             self.add_class("-no-color")
@@ -163,25 +164,25 @@ class ConsoleApp(App[None]):
             return
         await super().on_event(event)
 
-    def hold_keys(self, why: str) -> None:
+    def hold_keys(self, why: str, *, rows: bool = False) -> None:
         """Hold the keys read from now on for `why`, at most HOLD_LIMIT_S."""
-        self.typeahead.hold(why)
-        self.set_timer(HOLD_LIMIT_S, self.release_keys)
+        self.typeahead.hold(why, rows=rows)
+        held = self.typeahead.hold_id
+        self.set_timer(HOLD_LIMIT_S, lambda: self.release_keys(held))
 
-    def release_keys(self) -> None:
-        """The held keys' target is ready. They are routed when this message is read,
-        after any key read before it (so they keep their order)."""
+    def release_keys(self, held: int | None = None) -> None:
+        """Hold `held`'s (default: the current) target is ready: its keys go in order."""
         if self.typeahead.holding:
-            self.post_message(ReleaseKeys())
+            self.post_message(ReleaseKeys(self.typeahead.hold_id if held is None else held))
 
     @on(ReleaseKeys)
-    async def _release(self) -> None:
-        await self.typeahead.replay(self.typeahead.take(), self._route)
+    async def _release(self, message: ReleaseKeys) -> None:
+        if message.hold == self.typeahead.hold_id:
+            await self.typeahead.replay(self.typeahead.take(), self._route)
 
     async def _route(self, key: events.Key) -> None:
-        """A key, routed as typed; dropped once the app is closing (no screen is left to
-        read it: Textual raised ScreenStackError, seen when held keys were replayed as
-        the app exited)."""
+        """A key, routed as typed; dropped once the app is closing (Textual raised
+        ScreenStackError when held keys were replayed as the app exited)."""
         if not self.screen_stack:
             return
         with contextlib.suppress(ScreenStackError):  # the last screen went meanwhile
@@ -266,9 +267,13 @@ class ConsoleApp(App[None]):
             self.query_one(DetailView).expect(self.detail_job)
         focus_view(self, name)
         if self.ready and self.stale_since is None and not view_ready(self):
-            self.hold_keys(f"the {name} view's rows")
+            self.hold_keys(f"the {name} view's rows", rows=True)
         self.status()
         self.post_message(Hint())
+
+    def action_switch(self, name: str) -> None:
+        """A view's number, after the keys typed before it (`G1`: the G moves first)."""
+        self.after_keys(f"the {name} view", lambda: self.action_view(name))
 
     @on(OpenJob)
     @while_open
@@ -317,8 +322,7 @@ class ConsoleApp(App[None]):
             self.post_message(Hint())
         self.status()
 
-    def action_copy(self) -> None:
-        """c: copy the selected job's id and commit (OSC 52)."""
+    def action_copy(self) -> None:  # c: the selected job's id and commit (OSC 52)
         self.operator.copy()
 
     def action_save_svg(self) -> None:

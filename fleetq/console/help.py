@@ -47,7 +47,7 @@ Lanes        the highlighted lane's runners (who can claim its work now, why not
              others) and its queue depth and wait by class, a column a minute, 60 min
 Screen       Z freezes it (Z again thaws; r reloads)   c copies the job's id and commit
              w (jobs) every column or the narrow set   s (jobs) sort: newest, oldest,
-             state, lease left, lost/reassigned
+             state (running first), lease left, lost/reassigned
 Actions      C cancel the marked jobs (or the one under the cursor)
              d drain   p pause   u resume the runner under the cursor (view 5)
              every action asks first, focus on No: y yes, n/Esc no, Enter the

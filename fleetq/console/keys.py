@@ -7,7 +7,8 @@ from textual.binding import Binding, BindingType
 
 from fleetq.console.commands import VIEWS
 
-KEYBOARD_MOVERS = frozenset({"view", "command_line", "help"})  # off while typing in a box
+# off while typing in a box
+KEYBOARD_MOVERS = frozenset({"view", "switch", "command_line", "help"})
 
 # Help and Quit first, then the view's actions: a narrow footer cuts from the right, and
 # those must stay (the views' numbers are in the help and the palette).
@@ -24,7 +25,7 @@ GLOBAL_BINDINGS: list[BindingType] = [
     Binding("C", "refused('cancel_jobs')", show=False, priority=True),
     Binding("d,p,u", "refused('runner_state')", show=False, priority=True),
     *(
-        Binding(str(n), f"view('{name}')", name.capitalize(), priority=True)
+        Binding(str(n), f"switch('{name}')", name.capitalize(), priority=True)
         for n, name in enumerate(VIEWS, start=1)
     ),
     Binding("colon", "command_line", ":view", show=False, priority=True),

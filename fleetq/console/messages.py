@@ -165,7 +165,13 @@ class Heartbeats(Message):
 
 
 class ReleaseKeys(Message):
-    """What held keys waited for is ready: route them (typeahead)."""
+    """What held keys waited for is ready: route them (typeahead), if they are still
+    the keys of that hold (`hold`): a release read after a newer hold began is stale,
+    and let `3j` put its j on the view it left."""
+
+    def __init__(self, hold: int) -> None:
+        super().__init__()
+        self.hold = hold
 
 
 class AfterKeys(Message):

@@ -150,8 +150,11 @@ class Reads:
             app.stale_since = None
             app.ready = True
             app.status()
-        if view_ready(app):
-            app.release_keys()  # even with a read due: a busy fleet always has one
+        if view_ready(app) and app.typeahead.rows:
+            # even with a read due (a busy fleet always has one); a hold for a dialog or
+            # a view switch still to come is not this read's to end (`3j` then put the j
+            # on the view it left)
+            app.release_keys()
         if self._again is not None:
             again, self._again = self._again, None
             self.hint(again)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from textual import events
+from textual._ansi_sequences import ANSI_SEQUENCES_KEYS
 from textual.widget import Widget
 
 HOLD_LIMIT_S = 3.0  # a target that never becomes ready must not swallow the keyboard
@@ -29,18 +31,23 @@ class TypeAhead:
         self._held: list[events.Key] | None = None
         self._since = 0.0
         self.waiting_for = ""  # what the keys wait for (for logs and tests)
+        self.rows = False  # for a view's rows: a read that shows them lets the keys go
+        self.hold_id = 0  # each hold's own: a release names the hold it ends
 
     @property
     def holding(self) -> bool:
         """Keys are being held now."""
         return self._held is not None
 
-    def hold(self, why: str) -> None:
-        """Hold the keys read from now on until `release()`."""
+    def hold(self, why: str, *, rows: bool = False) -> None:
+        """Hold the keys read from now on until `release()`; `rows`: for a view's rows,
+        which any read that shows them ends (not a dialog or a switch still to come)."""
         if self._held is None:
             self._held = []
             self._since = time.monotonic()
         self.waiting_for = why
+        self.rows = rows
+        self.hold_id += 1
 
     def keep(self, event: events.Key) -> bool:
         """Keep `event` if keys are held (True); a hold past its limit lets go."""
@@ -58,7 +65,7 @@ class TypeAhead:
     def take(self) -> list[events.Key]:
         """End the hold; the keys it kept, oldest first."""
         held, self._held = self._held or [], None
-        self.waiting_for = ""
+        self.waiting_for, self.rows = "", False
         return held
 
     async def replay(
@@ -89,3 +96,13 @@ def unmerged(key: events.Key) -> list[events.Key]:
     char = key.character
     rest = char if char and char.isalnum() else name.removeprefix("alt+")  # Alt-C: "C"
     return [events.Key("escape", "\x1b"), events.Key(rest, char)]
+
+
+def read_escape_digits_as_alt() -> None:
+    """Esc then a digit, typed quickly, reaches the app as one sequence. Textual reads
+    it as the character macOS's Option-digit gives (Esc 3 as "£", for WezTerm), so Esc
+    and a view's number were both lost. Unlisted, the sequence is read as Alt-digit,
+    which `unmerged` splits into the two keys. (Option-3 in WezTerm then types no "£".)"""
+    keys = cast(dict[str, object], ANSI_SEQUENCES_KEYS)
+    for digit in "0123456789":
+        keys.pop(f"\x1b{digit}", None)

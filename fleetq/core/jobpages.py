@@ -55,6 +55,20 @@ class JobOrder(StrEnum):
     LOST = "lost"  # most lost or reassigned first
 
 
+# "by state": what runs first, then what waits, then how jobs ended (failures before
+# successes); alphabetical put claimed, then cancelled and failed, before running
+STATE_ORDER = (
+    JobState.RUNNING,
+    JobState.CLAIMED,
+    JobState.QUEUED,
+    JobState.WAITING,
+    JobState.FAILED,
+    JobState.REFUSED,
+    JobState.CANCELLED,
+    JobState.SUCCEEDED,
+)
+
+
 class JobPage(BaseModel):
     """A page of jobs with, for each queued one, why it waits."""
 
@@ -82,8 +96,9 @@ async def job_page(
     if order == JobOrder.NEWEST:
         rows = await driver.fetch(queries.sql("views_jobs"), *where.arguments(), limit)
     else:
+        states = [s.value for s in STATE_ORDER]
         rows = await driver.fetch(
-            queries.sql("views_jobs_sorted"), *where.arguments(), limit, order.value
+            queries.sql("views_jobs_sorted"), *where.arguments(), limit, order.value, states
         )
     jobs = [Job.model_validate(r) for r in rows]
     (count,) = await driver.fetch(queries.sql("views_jobs_count"), *where.arguments(), COUNT_CAP)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 
 from fleetq.console.dialogs import Confirm, DrainForm, ReasonForm
 from fleetq.console.views.jobs import JobsView
@@ -124,18 +124,22 @@ async def test_drain_writes_state_reason_and_actor_after_a_preview(
         assert _runner(dsn, "build-1/r1") == ("draining", "disk swap", "operator")
 
 
-async def test_pause_and_resume(fleet: tuple[str, dict[str, int]]) -> None:
+async def test_pause_takes_a_reason_and_resume_asks(fleet: tuple[str, dict[str, int]]) -> None:
+    """Found driving: the help said pause takes a reason, the dialog was a yes/no, and a
+    reason typed as the help says answered it ('n' of "maint window": No) and leaked
+    the rest into the view (its 'd' opened a drain). Red before: no reason form."""
     dsn, _ids = fleet
     app = console(dsn)
     async with app.run_test(size=SIZE) as pilot:
         await show(pilot, "5")
         _cursor_to(app, RunnersView, "gpu-1/r1")
         await pilot.press("p")
-        await pilot.pause()
-        assert isinstance(app.screen, Confirm)
-        assert "it claims nothing new until resumed" in str(app.screen.body)
-        await pilot.press("y")
+        await until(pilot, lambda: isinstance(app.screen, ReasonForm))
+        assert "it claims nothing new until resumed" in str(app.screen.query(Static)[1].render())
+        await pilot.press(*"maint window", "enter", "enter")
         await until(pilot, lambda: _runner(dsn, "gpu-1/r1")[0] == "paused")
+        assert _runner(dsn, "gpu-1/r1") == ("paused", "maint window", "operator")
+        assert not isinstance(app.screen, DrainForm | ReasonForm)
         await pilot.press("u", "y")
         await until(pilot, lambda: _runner(dsn, "gpu-1/r1")[0] == "active")
         assert _runner(dsn, "gpu-1/r1")[2] == "operator"

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from rich.console import Console
 from textual import events
+from textual._xterm_parser import XTermParser
 from textual.filter import Monochrome, NoColor
 from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Input, Static
@@ -23,7 +24,7 @@ from fleetq.console.dialogs import DrainForm, HourSheet, hour_text
 from fleetq.console.help import Help, help_sheet
 from fleetq.console.messages import Hint
 from fleetq.console.screenful import tick
-from fleetq.console.typeahead import HOLD_LIMIT_S
+from fleetq.console.typeahead import HOLD_LIMIT_S, read_escape_digits_as_alt, unmerged
 from fleetq.console.views.detail import DetailView
 from fleetq.console.views.events import EventsView
 from fleetq.console.views.jobs import JobsView
@@ -349,6 +350,69 @@ async def test_escape_then_a_view_typed_at_once_is_both_keys(
         await until(pilot, lambda: app.current == "jobs" and not isinstance(app.screen, Help))
 
 
+def test_escape_then_a_digit_from_a_terminal_is_read_as_the_two_keys() -> None:
+    """Found driving in tmux: `Esc 5` sent at once reached the app as "∞" (Textual reads
+    Esc+digit as macOS's Option-digit), so both keys were lost. Red before: the parser
+    gave `infinity`, which nothing splits."""
+    read_escape_digits_as_alt()
+    parser = XTermParser()
+    keys = [*parser.feed("\x1b5"), *parser.feed("")]  # "": the end, as a pause would
+    assert [k.key for k in keys if isinstance(k, events.Key)] == ["alt+5"]
+    (key,) = keys
+    assert isinstance(key, events.Key)
+    assert [(k.key, k.character) for k in unmerged(key)] == [("escape", "\x1b"), ("5", "5")]
+
+
+async def test_a_new_sort_filter_or_search_starts_at_its_first_row(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Found driving: after `s`, a new filter, a search or `e`, the list opened scrolled
+    part-way down (the cursor kept its old row), its top rows hidden. Red before."""
+    dsn, _ids = fleet
+    _more_jobs(dsn, 60)
+    app = console(dsn)
+    async with app.run_test(size=(120, 24)) as pilot:
+        await show(pilot, "3")
+        view = app.query_one(JobsView)
+        table = view.table
+        table.move_cursor(row=30)
+        await pilot.press("s")
+        await until(pilot, lambda: view.page is not None and view.page.order == view.order)
+        await pilot.pause()
+        assert table.cursor_row == 0 and table.scroll_y == 0
+        table.move_cursor(row=30)
+        await pilot.press("/", *"state:queued", "enter")
+        await until(pilot, lambda: view.page is not None and view.page.where.state is not None)
+        await pilot.pause()
+        assert table.cursor_row == 0 and table.scroll_y == 0
+        await show(pilot, "6")
+        events_view = app.query_one(EventsView)
+        events_table: DataTable[Any] = events_view.query_one("#events-table", DataTable)
+        events_table.move_cursor(row=15)
+        events_view.search(EventQuery(kind="submitted"))
+        await until(pilot, lambda: bool(events_view.found))
+        await pilot.pause()
+        assert events_table.cursor_row == 0 and events_table.scroll_y == 0
+
+
+async def test_keys_typed_before_a_view_s_number_act_first(
+    fleet: tuple[str, dict[str, int]],
+) -> None:
+    """Found driving: `G1` in one burst, then `3`, left the jobs cursor on row 1: the
+    view's number, a priority key, switched before the table read its G. Red before."""
+    dsn, _ids = fleet
+    _more_jobs(dsn, 30)
+    app = console(dsn)
+    async with app.run_test(size=(120, 24)) as pilot:
+        await show(pilot, "3")
+        table = app.query_one(JobsView).table
+        await pilot.press("g")
+        burst(pilot, "G1")
+        await until(pilot, lambda: app.current == "overview" and not app.busy)
+        await show(pilot, "3")
+        assert table.cursor_row == table.row_count - 1
+
+
 # ---- 8: the smaller defects -----------------------------------------------------------
 
 
@@ -454,7 +518,7 @@ async def test_mark_all_matching_then_cancel_in_bulk_names_count_and_filter(
         ).fetchone()  # type: ignore[misc]
     assert queued == 520
     app = console(dsn)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         await show(pilot, "3")
         await pilot.press("slash", *"state:queued project:tools", "enter")
         await until(pilot, lambda: app.where.project == "tools" and not app.busy)
@@ -462,12 +526,13 @@ async def test_mark_all_matching_then_cancel_in_bulk_names_count_and_filter(
         assert view.page is not None and len(view.page.jobs) == 500
         await pilot.press("A")
         await until(pilot, lambda: len(view.marked) == 520)
+        started = max(view.marked)
         with connect(dsn, autocommit=True) as conn:  # one starts after it was marked
             conn.execute(
                 "UPDATE fleetq.jobs SET state = 'claimed', lease_owner = 'build-1/r1', "
                 "lease_version = 1, lease_expires_at = clock_timestamp() + interval '1 h', "
                 "claimed_at = clock_timestamp() WHERE id = $1",
-                [max(view.marked)],
+                [started],
             )
         await pilot.press("C")
         await pilot.pause()
@@ -485,6 +550,10 @@ async def test_mark_all_matching_then_cancel_in_bulk_names_count_and_filter(
 
         await until(pilot, lambda: left() == 0, deadline=30)
         assert not view.marked
+        # found driving: "cancelled 0 of 0 job(s) ... 8 no longer matched" named none
+        said = "cancelled 519 of 520 job(s); 0 stop(s) pending; 1 no longer matched the "
+        said += f"filter, left alone (job {started})"
+        await until(pilot, lambda: any(said in str(n.message) for n in app._notifications))
         with connect(dsn) as conn:  # marked while queued, claimed since: not cancelled unseen
             (state,) = conn.execute(
                 "SELECT state FROM fleetq.jobs WHERE project = 'tools' ORDER BY id DESC LIMIT 1"

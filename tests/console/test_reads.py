@@ -9,8 +9,8 @@ from datetime import timedelta
 from fleetq.console.source import Source
 from fleetq.console.views.job_cells import SORTS
 from fleetq.core.db import connect
-from fleetq.core.jobpages import JobFilter
-from fleetq.core.models import JobId
+from fleetq.core.jobpages import STATE_ORDER, JobFilter, JobOrder
+from fleetq.core.models import JobId, JobState
 from fleetq.core.views import EventQuery
 from tests.console import scenario
 
@@ -35,6 +35,9 @@ async def test_every_console_read_answers_on_the_scenario(
             cut = await source.page(JobFilter(), at, order=order)
             expected = sorted(page.jobs, key=lambda j: key(j, at))
             assert [j.id for j in cut.jobs] == [j.id for j in expected], label
+            if order == JobOrder.STATE:  # what runs first, not claimed/cancelled/failed
+                assert cut.jobs[0].state == JobState.RUNNING
+        assert set(STATE_ORDER) == set(JobState)  # every state has its place
         overlaps = await source.overlaps()
         assert [(o.job_id, o.older_token, o.newer_token) for o in overlaps] == [(2, 1, 2)]
         detail = await source.detail(JobId(ids["unplaceable"]), at)

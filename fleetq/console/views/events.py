@@ -20,7 +20,7 @@ from fleetq.console.messages import OpenJob, Searched
 from fleetq.console.text import escape, plain
 from fleetq.console.typeahead import focus_now
 from fleetq.console.views.detail import event_row
-from fleetq.console.views.table import Cell, Table, selected_key, sync
+from fleetq.console.views.table import Cell, Table, selected_key, sync, to_top
 from fleetq.core.models import Event, JobId
 from fleetq.core.views import EventQuery
 
@@ -203,6 +203,7 @@ class EventsView(Vertical):
         elif self.searching:
             self.query_ = EventQuery()
             self._redraw(list(reversed(self.tail)))
+            to_top(self.query_one("#events-table", DataTable))
         else:
             self.app.action_go_back()  # type: ignore[attr-defined]
 
@@ -219,6 +220,7 @@ class EventsView(Vertical):
         self.found = []
         if query.empty:
             self._redraw(list(reversed(self.tail)))
+            to_top(self.query_one("#events-table", DataTable))
         else:
             self.post_message(self.Search(query, None))
 
@@ -231,6 +233,8 @@ class EventsView(Vertical):
         self.found = events if first else [*self.found, *events]
         self.more = more
         self._redraw(self.found)
+        if first:
+            to_top(self.query_one("#events-table", DataTable))
 
     @on(Searched)
     def _found(self, message: Searched) -> None:

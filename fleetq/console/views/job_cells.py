@@ -11,7 +11,7 @@ from rich.text import Text
 from fleetq.console.text import age, duration, one_line, plain
 from fleetq.console.views.table import Cell
 from fleetq.core.eligibility import Explanation
-from fleetq.core.jobpages import JobOrder, JobPage
+from fleetq.core.jobpages import STATE_ORDER, JobOrder, JobPage
 from fleetq.core.models import Job
 
 
@@ -54,7 +54,7 @@ Order = Callable[[Job, datetime], Any]
 SORTS: tuple[tuple[JobOrder, str, Order | None], ...] = (
     (JobOrder.NEWEST, "newest first", None),  # the page's own order
     (JobOrder.OLDEST, "oldest first", lambda j, _now: (j.created_at, j.id)),
-    (JobOrder.STATE, "by state", lambda j, _now: (j.state.value, -j.id)),
+    (JobOrder.STATE, "by state", lambda j, _now: (STATE_ORDER.index(j.state), -j.id)),
     (JobOrder.LEASE, "least lease left first", lambda j, now: (lease_left(j, now), -j.id)),
     (
         JobOrder.LOST,

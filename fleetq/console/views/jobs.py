@@ -26,6 +26,7 @@ from fleetq.console.views.table import (
     literal,
     selected_key,
     sync,
+    to_top,
     visible_keys,
 )
 from fleetq.core.jobpages import COUNT_CAP, JobFilter, JobOrder, JobPage
@@ -173,7 +174,8 @@ class JobsView(Vertical):
     def show(self, page: JobPage, now: datetime, *, redraw: bool = False) -> None:
         """Put a fresh page on screen, by key; an unchanged page redraws nothing (the
         1 s tick moves its clocks)."""
-        same = not redraw and self.page is not None and same_page(self.page, page)
+        shown = self.page
+        same = not redraw and shown is not None and same_page(shown, page)
         self.page = page
         self._now = now
         if same:
@@ -184,6 +186,8 @@ class JobsView(Vertical):
         _, _, key = SORTS[self.sort]
         jobs = sorted(page.jobs, key=lambda j: key(j, now)) if key else page.jobs
         sync(self.table, [self._row(job, page, now) for job in jobs])
+        if shown is not None and (shown.where, shown.order) != (page.where, page.order):
+            to_top(self.table)  # another filter or order: a new listing, from its top
 
     @property
     def order(self) -> JobOrder:
@@ -196,6 +200,7 @@ class JobsView(Vertical):
         self.sort = (self.sort + 1) % len(SORTS)
         if self.page is not None and self._now is not None:
             self.show(self.page, self._now, redraw=True)
+        to_top(self.table)
         self.post_message(self.Filtered(self.where))
         self.notify(f"jobs sorted: {SORTS[self.sort][1]}", timeout=2)
 

@@ -166,6 +166,14 @@ def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
     table.scroll_to(y=showing(table, row, scroll_y), animate=False)
 
 
+def to_top(table: DataTable[Cell]) -> None:
+    """A new listing (another sort, filter or search) starts at its first row: kept on
+    its old row, the cursor held the view scrolled part-way down, its top rows hidden."""
+    if table.row_count:
+        table.move_cursor(row=0, scroll=False)
+    table.scroll_home(animate=False)
+
+
 def showing(table: DataTable[Cell], row: int, top: float) -> float:
     """A scroll position that keeps `top` if row `row` is on screen there, else one
     that puts the row on screen: after a sort, a filter or a refresh, Enter must never

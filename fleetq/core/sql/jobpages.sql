@@ -43,7 +43,8 @@ FROM (SELECT 1
 -- primary key's index): every match is sorted, which the operator asked for with `s`.
 -- Each order's keys are NULL under the others, so one statement serves all four and its
 -- plan, generic or not, is the same sort. Ties go newest first.
--- $1..$8 as views_jobs, $9 'oldest', 'state', 'lease' (least left first) or 'lost'
+-- $1..$8 as views_jobs, $9 'oldest', 'state', 'lease' (least left first) or 'lost',
+-- $10 the states in the order 'state' sorts them (jobpages.STATE_ORDER)
 SELECT *, fleetq.waiting_on(id, state) AS waiting_on
 FROM fleetq.jobs
 WHERE ($1::text IS NULL OR state = $1::text)
@@ -56,7 +57,7 @@ WHERE ($1::text IS NULL OR state = $1::text)
        OR operation = $7::text OR project = $7::text OR submitted_by = $7::text)
 ORDER BY CASE WHEN $9::text = 'oldest' THEN created_at END,
          CASE WHEN $9::text = 'oldest' THEN id END,
-         CASE WHEN $9::text = 'state' THEN state END,
+         CASE WHEN $9::text = 'state' THEN array_position($10::text[], state) END,
          CASE WHEN $9::text = 'lease' AND state IN ('claimed', 'running')
               THEN lease_expires_at END,
          CASE WHEN $9::text = 'lost' THEN lost_count + reassign_count END DESC NULLS LAST,
