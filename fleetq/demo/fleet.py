@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +106,7 @@ class Fleet:
         self.specs = specs
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.paused: set[str] = set()
+        self.restarted: list[str] = []  # runners killed from outside, started again
 
     @property
     def runner_ids(self) -> list[str]:
@@ -124,23 +126,23 @@ class Fleet:
         """Start the runner processes (call from the main thread: the parent-death signal
         follows the thread that forked, so a worker thread's exit would kill them)."""
         (self.work / "logs").mkdir(parents=True, exist_ok=True)
-        config = self.work / "runner.toml"
-        config.write_text(runner_toml())
-        env = {**os.environ, "FLEETQ_DSN": self.dsn}
+        (self.work / "runner.toml").write_text(runner_toml())
         for spec in self.specs:
-            with open(self.log_path(spec.runner_id), "ab") as out:
-                self.procs[spec.runner_id] = subprocess.Popen(
-                    spec.argv(config, self.work / "runners"),
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                    # SIGTERM, not SIGKILL: a runner hands its leases back on the way out
-                    preexec_fn=functools.partial(
-                        orphans.die_with_parent, os.getpid(), signal.SIGTERM
-                    ),
-                )
+            self._start(spec)
+
+    def _start(self, spec: RunnerSpec) -> None:
+        env = {**os.environ, "FLEETQ_DSN": self.dsn}
+        with open(self.log_path(spec.runner_id), "ab") as out:
+            self.procs[spec.runner_id] = subprocess.Popen(
+                spec.argv(self.work / "runner.toml", self.work / "runners"),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                # SIGTERM, not SIGKILL: a runner hands its leases back on the way out
+                preexec_fn=functools.partial(orphans.die_with_parent, os.getpid(), signal.SIGTERM),
+            )
 
     async def _until_registered(self, driver: Driver) -> None:
         deadline = time.monotonic() + START_S
@@ -153,10 +155,21 @@ class Fleet:
             await asyncio.sleep(0.1)  # polling a database condition, with a deadline
         raise FleetqError(f"runners did not register within {START_S:.0f}s; see {self.work}/logs")
 
-    def check_alive(self) -> None:
-        """Raise if a runner exited on its own (its log says why)."""
-        for runner_id, proc in self.procs.items():
-            if (code := proc.poll()) is not None:
+    def check_alive(self, say: Callable[[str], None] = lambda _line: None) -> None:
+        """Raise if a runner exited on its own (its log says why). One killed by a signal
+        from outside (an operator's `kill -9`, to watch the fleet recover) is started again
+        under its id, as its service manager would start it: the demo went on, where it
+        ended with the error, and its jobs' recovery could not be watched. (Main thread
+        only, as `launch`.)"""
+        specs = {spec.runner_id: spec for spec in self.specs}
+        for runner_id, proc in list(self.procs.items()):
+            code = proc.poll()
+            if code is not None and code < 0 and runner_id in specs:
+                note = f"runner {runner_id} was killed by signal {-code}: started again"
+                self.restarted.append(note)
+                say(note + " (its jobs recover by their leases)")
+                self._start(specs[runner_id])
+            elif code is not None:
                 # one line (an error is printed with its control characters escaped): how
                 # it ended, its log, and the log's last line, whole
                 how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"

@@ -126,6 +126,7 @@ def _run(options: Options, demo: database.DemoDatabase, work: Path, began: float
     assert log.started_at is not None
     figures = asyncio.run(_figures(dsn, log, plan))
     verdict = printed.judge(figures, log, problems)
+    verdict.warnings += fleet.restarted  # killed from outside: not the fleet's failure
     text = printed.render(
         figures, log, plan, verdict, wall_s=time.monotonic() - began, settle_s=settle_s
     )
@@ -203,7 +204,7 @@ def _stream(
     while thread.is_alive():
         thread.join(0.2)  # short joins, so SIGINT is handled promptly
         if not interactive:
-            fleet.check_alive()
+            fleet.check_alive(say)
     if failure:
         raise failure[0]
 

@@ -269,12 +269,33 @@ def test_a_runner_that_died_is_named_in_one_line_with_its_log(tmp_path: Path) ->
     log = fleet.log_path("node-b/runner")
     log.parent.mkdir(parents=True)
     log.write_text("x" * 2000 + "\n2026-12-06 20:46:56 INFO claimed job=7\n\n")
-    proc = subprocess.Popen(["sleep", "60"])
-    proc.kill()
+    proc = subprocess.Popen(["sh", "-c", "exit 3"])
     proc.wait()
     fleet.procs["node-b/runner"] = proc
     with pytest.raises(FleetqError) as refused:
         fleet.check_alive()
     message = str(refused.value)
-    assert "\n" not in message and "killed by signal 9" in message and str(log) in message
+    assert "\n" not in message and "exit status 3" in message and str(log) in message
     assert message.endswith("its last line: 2026-12-06 20:46:56 INFO claimed job=7")
+
+
+def test_a_runner_killed_from_outside_is_started_again(tmp_path: Path) -> None:
+    """Found driving: `kill -9` of one runner (to watch its jobs recover) ended the whole
+    demo with "runner node-c/runner exited (killed by signal 9)". Red before: it raised."""
+    fleet = Fleet("postgresql:///x", tmp_path)
+    fleet.log_path("node-b/runner").parent.mkdir(parents=True)
+    (tmp_path / "runner.toml").write_text(runner_toml())
+    proc = subprocess.Popen(["sleep", "60"])
+    proc.kill()
+    proc.wait()
+    fleet.procs["node-b/runner"] = proc
+    said: list[str] = []
+    fleet.check_alive(said.append)
+    again = fleet.procs["node-b/runner"]
+    try:
+        assert again is not proc
+        assert fleet.restarted == ["runner node-b/runner was killed by signal 9: started again"]
+        assert said and said[0].startswith(fleet.restarted[0])
+    finally:
+        again.kill()
+        again.wait()
