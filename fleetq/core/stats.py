@@ -28,6 +28,7 @@ class Overlap(BaseModel):
     end_confirmed: bool
     end_measured: bool  # False: the end (and so the length) is only an upper bound
     older_stop_reason: str | None
+    older_open: bool = False  # the older run has no recorded end (its runner went silent)
 
     def seconds(self, now: datetime) -> float:
         """The window's length (up to `now` while it is open)."""
@@ -43,6 +44,8 @@ class Overlap(BaseModel):
 
     def unseen(self) -> str:
         """Why a bounded window's end is only an upper bound, for a person."""
+        if self.older_open:
+            return f"t{self.older_token} has no end recorded: its runner was killed or cut off"
         why = {
             "lost": "its runner lost it (restarted, or cut off)",
             "superseded": "stopped late, after its runner came back",

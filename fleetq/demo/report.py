@@ -70,7 +70,7 @@ def _judge_fault(fig: RunFigures, log: RunLog, v: Verdict) -> None:
             f"the fault gave {len(reassigned)} reassignment(s) and {len(superseded)} confirmed "
             "superseded stop(s) (the frozen runner's jobs may have ended first)"
         )
-    confirmed = [o for o in fig.overlaps if o.job_id in held and o.end_confirmed]
+    confirmed = [o for o in fig.overlaps if o.job_id in held and o.end_confirmed and o.happened]
     if confirmed:
         longest = max(o.seconds(fig.read_at) for o in confirmed)
         v.proved.append(f"overlap window measured ({longest:.3f}s, end confirmed)")
@@ -242,7 +242,7 @@ def _overlaps(fig: RunFigures) -> str:
             o.job_id,
             f"{o.older_token}/{o.newer_token}",
             f"{o.older_runner} / {o.newer_runner}",
-            f"{o.seconds(fig.read_at):.3f}",
+            f"{'' if o.happened else '≤'}{o.seconds(fig.read_at):.3f}",  # ≤: a bound
             "open" if o.open else ("confirmed" if o.end_confirmed else "unconfirmed"),
             o.older_stop_reason or "-",
         ]

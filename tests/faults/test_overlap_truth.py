@@ -109,7 +109,7 @@ def _windows(fleet: FaultFleet) -> list[Window]:
     with connect(fleet.dsn, autocommit=True) as conn:
         rows = conn.execute(queries.sql("stats_overlaps").encode(), [False, None, None]).fetchall()
     found = []
-    for job, older, newer, _, _, started, ended, _open, _confirmed, measured, _ in rows:
+    for job, older, newer, _, _, started, ended, _open, _confirmed, measured, *_ in rows:
         assert ended is not None, f"job {job}: a window still open after every job ended"
         a, b = runs.get(int(job), {}).get(int(older)), runs.get(int(job), {}).get(int(newer))
         real = None

@@ -55,12 +55,20 @@ async def test_overlap_windows(driver: Driver, sync_conn: SyncConnection) -> Non
     newer_killed = factories.job(sync_conn, state="succeeded")
     _execution(sync_conn, newer_killed, 1, a, "0 s", "25 s", confirmed=True, measured=True)
     _execution(sync_conn, newer_killed, 2, b, "20 s", "40 s", confirmed=True)
+    # a killed runner's run nobody has closed yet (no end recorded), and a newer run that
+    # ended, measured: the older one may have died before the newer started (found in
+    # the demo: kill -9 of a runner showed an 8.1 s "measured" window), so bounded
+    gone = factories.job(sync_conn, state="succeeded")
+    _execution(sync_conn, gone, 1, a, "0 s", None)
+    _execution(sync_conn, gone, 2, b, "20 s", "28 s", exit_code=0, measured=True)
     apart = factories.job(sync_conn, state="succeeded")
     _execution(sync_conn, apart, 1, a, "0 s", "10 s", confirmed=True)
     _execution(sync_conn, apart, 2, b, "10 s", "20 s", exit_code=0)  # touching is not overlap
 
     found: dict[int, stats.Overlap] = {o.job_id: o for o in await stats.overlaps(driver)}
-    assert set(found) == {closed, still_open, measured, killed, newer_killed}
+    assert set(found) == {closed, still_open, measured, killed, newer_killed, gone}
+    assert not found[gone].end_measured and not found[gone].happened
+    assert "no end recorded" in found[gone].unseen()
     # an end recorded late (say, after a partition) only bounds the window from above
     assert not found[closed].end_measured and found[measured].end_measured
     assert not found[killed].end_measured and not found[newer_killed].end_measured
@@ -83,7 +91,7 @@ async def test_overlap_windows(driver: Driver, sync_conn: SyncConnection) -> Non
         figures.duplicate_execution_incidents,
         figures.open_overlaps,
         figures.possible_overlaps,
-    ) == (2, 1, 3)
+    ) == (2, 1, 4)
 
 
 async def test_stats_for_one_project(driver: Driver, sync_conn: SyncConnection) -> None:

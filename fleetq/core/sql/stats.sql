@@ -9,7 +9,9 @@
 -- "confirmed" when the execution that ends it has a recorded end: an outcome, or a stop
 -- the runner confirmed (process group gone); "measured" when both ends are: the one
 -- recorded first was dated from the runner's own clock of the exit, and the other is
--- open or measured too. A bounded end (a killed runner's run closed by its successor's
+-- measured too, or is the newer run, still open under its live lease. An older run
+-- with no end recorded is not known to have run on at all: its runner was killed,
+-- frozen or cut off (a kill -9 in the demo showed an 8.1 s "measured" window). A bounded end (a killed runner's run closed by its successor's
 -- collection, say) is only an upper bound: it may really lie before the other end, or
 -- before the other run's launch, and then there was a shorter overlap or none at all.
 -- Otherwise the window's length is only an upper bound.
@@ -29,8 +31,8 @@ SELECT a.job_id,
        CASE WHEN a.ended_at IS NULL AND b.ended_at IS NULL THEN false
             WHEN b.ended_at IS NULL OR a.ended_at <= b.ended_at
                  THEN a.end_measured AND (b.ended_at IS NULL OR b.end_measured)
-            ELSE b.end_measured AND (a.ended_at IS NULL OR a.end_measured) END AS end_measured,
-       a.stop_reason AS older_stop_reason
+            ELSE b.end_measured AND a.end_measured END AS end_measured,
+       a.stop_reason AS older_stop_reason, a.ended_at IS NULL AS older_open
 FROM fleetq.all_executions a
 JOIN fleetq.all_executions b
   ON b.job_id = a.job_id AND b.lease_version > a.lease_version
