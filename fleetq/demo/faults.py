@@ -4,9 +4,10 @@ The freeze is SIGSTOP to one runner process while it runs a slow check. Its job
 processes keep running (they are in sessions of their own), but the runner can neither
 heartbeat nor fence itself, so its lease expires, a reaper elsewhere requeues the job and
 another runner claims it under a newer token: two executions of one job are alive at once
-(an overlap window). The demo waits for that window to open and for every job the runner
-held to be taken over elsewhere, then SIGCONTs it: it finds its leases gone and stops its
-own executions as superseded, confirming the stops; a confirmed end closes the window.
+(an overlap window). The demo waits for that window to open, then SIGCONTs it while its
+slow check still runs: it finds its leases gone and stops its own executions as
+superseded, confirming the stops; a confirmed end, dated as it happened, closes the
+window (measured).
 Every wait is on a database condition with a deadline, never a fixed sleep, so a slow
 machine changes the timing, not the story.
 """
@@ -111,19 +112,15 @@ def pick_victim(
 
 
 async def _await_takeover(driver: Driver, plan: Plan, fault: Fault, clock: Clock) -> None:
-    """Until a job the frozen runner held runs elsewhere too (an overlap window is open)
-    and every job it held was taken over by another runner; then a moment more. Or until
-    the plan's heal time."""
+    """Until a job the frozen runner held runs elsewhere too (an overlap window is open),
+    then a moment more; or until the plan's heal time. Not until every job it held was
+    taken over: that took up to 15 s, its slow checks ended meanwhile, unseen by the
+    frozen runner, and their windows were only bounds (≤), not measured."""
     deadline = max(plan.heal_by, clock.now() + plan.lease_s + 6)
     while clock.now() < deadline:
         if not fault.overlap_seen:
             await _look_for_overlap(driver, fault, clock)
-        left = [
-            j
-            for j in await report.live(driver, fault.held)
-            if j.state == "queued" or j.lease_owner == fault.runner
-        ]
-        if fault.overlap_seen and not left:
+        if fault.overlap_seen:
             await clock.sleep(OVERLAP_HOLD_S)
             return
         if not await clock.sleep(0.2):

@@ -75,7 +75,10 @@ def _judge_fault(fig: RunFigures, log: RunLog, v: Verdict) -> None:
         longest = max(o.seconds(fig.read_at) for o in confirmed)
         v.proved.append(f"overlap window measured ({longest:.3f}s, end confirmed)")
     else:
-        v.warnings.append("the fault produced no overlap window with a confirmed end")
+        v.warnings.append(
+            "the fault produced no measured overlap window with a confirmed end (the frozen "
+            "runner's runs ended unseen during the freeze: their windows are bounds, ≤)"
+        )
 
 
 def render(
