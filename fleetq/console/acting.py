@@ -225,7 +225,7 @@ class Operator:
                 if reason is not None and self.allowed("runner_state"):
                     self.set_runner_state(runner, target, reason)
 
-            effect = f"It {RUNNER_EFFECTS[target]}."
+            effect = RUNNER_EFFECTS[target].capitalize() + "."
             app.push_screen(ReasonForm(f"Pause runner {escape(runner)}", effect, "Pause"), reasoned)
             return
         body = Text("Resume runner ")
@@ -330,10 +330,15 @@ def _cancel_text(
     noun = "job" if len(targets) == 1 else "jobs"
     count = f"{len(targets):,}"
     where = f" matching {matching}" if matching else ""
+    # marked as every match: read again when confirmed (jobs may have ended since)
+    since = " Those that no longer match when you confirm are left alone." if matching else ""
     body = Text(
         f"Cancel {count} {noun}{where}: {ids} — runners will be asked to stop them; "
         "they show stop pending until the stop is confirmed. Queued jobs are cancelled "
-        "at once." + (f" Skipping {len(finished)} finished." if finished else "") + left_alone
+        "at once."
+        + (f" Skipping {len(finished)} finished." if finished else "")
+        + left_alone
+        + since
     )
     return f"Cancel {count} {noun}{where}?", body
 

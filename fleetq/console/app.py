@@ -147,9 +147,9 @@ class ConsoleApp(App[None]):
 
     async def on_event(self, event: events.Event) -> None:
         """Keys typed while their target is not ready wait for it (typeahead)."""
-        if isinstance(event, events.Key) and (keys := unmerged(event)):
-            for key in keys:  # Esc and a key typed at once, read as one Alt-key
-                await self.on_event(key)
+        if isinstance(event, events.Key) and (keys := unmerged(event)):  # Esc and a key at once
+            await self.on_event(keys[0])  # the key after Esc waits until Esc has acted (a box
+            self.after_keys("Esc", lambda: self.post_message(keys[1]))  # closed: `5` is a view)
             return
         if isinstance(event, events.Key) and not event.is_forwarded:
             if self.typeahead.overdue():
@@ -346,7 +346,7 @@ class ConsoleApp(App[None]):
         """Drain, pause or resume the selected runner (or schedule), after asking."""
         self.after_keys(f"the {state} dialog", lambda: self.operator.runner_state(state))
 
-    def after_keys(self, why: str, act: Callable[[], None], *, released: bool = True) -> None:
+    def after_keys(self, why: str, act: Callable[[], object], *, released: bool = True) -> None:
         """Run a priority key's action after the keys typed before it, queued at the
         focused widget (`jC`: C read the cursor before the j moved it), holding the keys
         typed after it; released after `act` unless it holds them itself or not

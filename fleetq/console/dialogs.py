@@ -15,6 +15,7 @@ from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, DataTable, Input, Static
 
+from fleetq.console.box import Box
 from fleetq.console.text import plain
 from fleetq.console.typeahead import focus_now
 
@@ -178,7 +179,7 @@ class DrainForm(Asking):
             )
             table: DataTable[Text | str] = DataTable(id="preview", cursor_type="none")
             yield table
-            yield Input(
+            yield Box(
                 placeholder="reason (recorded with your name)", id="reason", select_on_focus=False
             )
             yield Static(Text(KEYS_LINE.format(verb="Drain"), style="dim"))
@@ -214,7 +215,7 @@ class ReasonForm(Asking):
         with Vertical():
             yield Static(Text(self.title_text, style="bold"))
             yield Static(Text(self.effect))
-            yield Input(
+            yield Box(
                 placeholder="reason (required, recorded with your name)",
                 id="reason",
                 select_on_focus=False,
@@ -311,7 +312,7 @@ class CommandLine(ModalScreen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", priority=True)]
 
     def compose(self) -> ComposeResult:
-        yield Input(
+        yield Box(
             placeholder=":overview :lanes :jobs state:running :runners :events :overlaps "
             ":job 42 :quit",
             suggester=SuggestFromList(COMMANDS, case_sensitive=False),

@@ -167,7 +167,7 @@ class Fleet:
             if code is not None and code < 0 and runner_id in specs:
                 note = f"runner {runner_id} was killed by signal {-code}: started again"
                 self.restarted.append(note)
-                say(note + " (its jobs recover by their leases)")
+                say(note + " (it reports the runs it lost; a run left to expire is reclaimed)")
                 self._start(specs[runner_id])
             elif code is not None:
                 # one line (an error is printed with its control characters escaped): how

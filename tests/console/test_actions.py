@@ -135,7 +135,8 @@ async def test_pause_takes_a_reason_and_resume_asks(fleet: tuple[str, dict[str, 
         _cursor_to(app, RunnersView, "gpu-1/r1")
         await pilot.press("p")
         await until(pilot, lambda: isinstance(app.screen, ReasonForm))
-        assert "it claims nothing new until resumed" in str(app.screen.query(Static)[1].render())
+        effect = str(app.screen.query(Static)[1].render())
+        assert effect.startswith("It claims nothing new until resumed"), effect  # not "It it"
         await pilot.press(*"maint window", "enter", "enter")
         await until(pilot, lambda: _runner(dsn, "gpu-1/r1")[0] == "paused")
         assert _runner(dsn, "gpu-1/r1") == ("paused", "maint window", "operator")

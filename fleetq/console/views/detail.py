@@ -15,6 +15,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Input, Static
 
 from fleetq.console import timeline
+from fleetq.console.box import Box
 from fleetq.console.text import age, duration, lines, one_line, plain, state
 from fleetq.console.typeahead import focus_now
 from fleetq.console.views.panel import Panel
@@ -82,7 +83,7 @@ class DetailView(VerticalScroll):
         yield Static("lease timeline", classes="title")
         yield Static(id="detail-timeline")
         yield Static("output (live, from the database; newest lines; / searches)", classes="title")
-        yield Input(placeholder="show only output lines holding… (empty: all)", id="output-search")
+        yield Box(placeholder="show only output lines holding… (empty: all)", id="output-search")
         yield Static(id="detail-output")
         yield Static("events", classes="title")
         yield Table(id="detail-events", cursor_type="row", zebra_stripes=True)

@@ -16,6 +16,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
+from fleetq.console.box import Box
 from fleetq.console.messages import OpenJob, Searched
 from fleetq.console.text import escape, plain
 from fleetq.console.typeahead import focus_now
@@ -103,7 +104,7 @@ class EventsView(Vertical):
         self.seen: set[int] = set()
 
     def compose(self) -> ComposeResult:
-        yield Input(
+        yield Box(
             placeholder="runner:node-a/r1 job:61 kind:lease_expired since:30m until:12:05, "
             "or a bare job id, runner or kind  (empty: the live tail)",
             id="events-filter",
@@ -182,7 +183,8 @@ class EventsView(Vertical):
         """How many rows, from the tail or which search, and what the keys do."""
         shown = self.query_one("#events-table", DataTable).row_count
         if self.searching:
-            status = Text(f"{shown:,} event(s) matching " if shown else "no event matches ")
+            newest = f"the newest {shown:,} events" if self.more else f"{shown:,} event(s)"
+            status = Text(f"{newest} matching " if shown else "no event matches ")
             status.append(plain(describe_search(self.query_), "bold"))
             status.append(" in the whole history")
             status.append("; n reads older ones" if self.more else "; no older one")

@@ -13,6 +13,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
+from fleetq.console.box import Box
 from fleetq.console.messages import MarkedAll, OpenJob, Progress
 from fleetq.console.text import escape, one_line, plain, state
 from fleetq.console.typeahead import focus_now
@@ -99,7 +100,7 @@ class JobsView(Vertical):
         self.typed = False  # the filter was typed with `/` (Esc clears it), not a drill-down
 
     def compose(self) -> ComposeResult:
-        yield Input(
+        yield Box(
             placeholder="lane:checks state:queued project:webapp runner:node-a/r1 reassigned>0 "
             "lost>0, and one free word: id, commit, operation, submitter  (empty: all)",
             id="jobs-filter",

@@ -43,7 +43,7 @@ class RunnersView(Vertical):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("h", "hour", "Its last hour", priority=True),  # `h e`: the e is the sheet's
-        Binding("e", "events", "Its events", show=False),
+        Binding("e", "events", "Its events"),
     ]
 
     class HourAsked(Message):
