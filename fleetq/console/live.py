@@ -135,7 +135,8 @@ class Follower:
                     whole = time.monotonic() >= events_at
                     self.post(Hint(resync=whole))
                     resync_at = time.monotonic() + self.resync_s
-                    events_at = time.monotonic() + EVENTS_RESYNC_S if whole else events_at
+                    if whole:
+                        events_at = time.monotonic() + EVENTS_RESYNC_S
                 elif woken.is_set():
                     await asyncio.sleep(self.coalesce_s)  # gather a burst into one read
                     woken.clear()

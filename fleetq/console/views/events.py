@@ -21,7 +21,7 @@ from fleetq.console.messages import OpenJob, Searched
 from fleetq.console.text import escape, plain
 from fleetq.console.typeahead import focus_now
 from fleetq.console.views.detail import event_row
-from fleetq.console.views.table import Cell, Table, selected_key, sync, to_top
+from fleetq.console.views.table import Cell, Table, selected_key, sync
 from fleetq.core.models import Event, JobId
 from fleetq.core.views import EventQuery
 
@@ -205,7 +205,7 @@ class EventsView(Vertical):
         elif self.searching:
             self.query_ = EventQuery()
             self._redraw(list(reversed(self.tail)))
-            to_top(self.query_one("#events-table", DataTable))
+            self.query_one("#events-table", Table).action_first_row()
         else:
             self.app.action_go_back()  # type: ignore[attr-defined]
 
@@ -222,7 +222,7 @@ class EventsView(Vertical):
         self.found = []
         if query.empty:
             self._redraw(list(reversed(self.tail)))
-            to_top(self.query_one("#events-table", DataTable))
+            self.query_one("#events-table", Table).action_first_row()
         else:
             self.post_message(self.Search(query, None))
 
@@ -236,7 +236,7 @@ class EventsView(Vertical):
         self.more = more
         self._redraw(self.found)
         if first:
-            to_top(self.query_one("#events-table", DataTable))
+            self.query_one("#events-table", Table).action_first_row()
 
     @on(Searched)
     def _found(self, message: Searched) -> None:

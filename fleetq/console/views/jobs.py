@@ -27,7 +27,6 @@ from fleetq.console.views.table import (
     literal,
     selected_key,
     sync,
-    to_top,
     visible_keys,
 )
 from fleetq.core.jobpages import COUNT_CAP, JobFilter, JobOrder, JobPage
@@ -188,7 +187,7 @@ class JobsView(Vertical):
         jobs = sorted(page.jobs, key=lambda j: key(j, now)) if key else page.jobs
         sync(self.table, [self._row(job, page, now) for job in jobs])
         if shown is not None and (shown.where, shown.order) != (page.where, page.order):
-            to_top(self.table)  # another filter or order: a new listing, from its top
+            self.table.action_first_row()  # another filter or order: a new listing, from its top
 
     @property
     def order(self) -> JobOrder:
@@ -201,7 +200,7 @@ class JobsView(Vertical):
         self.sort = (self.sort + 1) % len(SORTS)
         if self.page is not None and self._now is not None:
             self.show(self.page, self._now, redraw=True)
-        to_top(self.table)
+        self.table.action_first_row()
         self.post_message(self.Filtered(self.where))
         self.notify(f"jobs sorted: {SORTS[self.sort][1]}", timeout=2)
 

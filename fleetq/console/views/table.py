@@ -106,6 +106,8 @@ class Table(DataTable[Cell]):
             return None
 
     def action_first_row(self) -> None:
+        """g; and where a new listing (another sort, filter or search) starts: kept on its
+        old row, the cursor held the view scrolled part-way down, its top rows hidden."""
         if self.row_count:
             self.move_cursor(row=0)
         self.scroll_home(animate=False)
@@ -164,14 +166,6 @@ def sync(table: DataTable[Cell], rows: Sequence[Row]) -> None:
     if rows:
         table.move_cursor(row=row, scroll=False)
     table.scroll_to(y=showing(table, row, scroll_y), animate=False)
-
-
-def to_top(table: DataTable[Cell]) -> None:
-    """A new listing (another sort, filter or search) starts at its first row: kept on
-    its old row, the cursor held the view scrolled part-way down, its top rows hidden."""
-    if table.row_count:
-        table.move_cursor(row=0, scroll=False)
-    table.scroll_home(animate=False)
 
 
 def showing(table: DataTable[Cell], row: int, top: float) -> float:
