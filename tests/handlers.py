@@ -103,6 +103,7 @@ async def hold_then_run(ctx: JobContext) -> str:
 async def effect_and_ledger(ctx: JobContext) -> str:
     """The fault suite's handler job: write the fenced ledger under the job's key, then
     the in-database effect in the outcome's own transaction (so: exactly once)."""
+    assert ctx.pool is not None, "a runner with a DSN"
     await leasing.fenced_write(
         AsyncpgDriver(ctx.pool),
         key=f"job-{ctx.claim.job_id}",

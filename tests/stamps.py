@@ -22,6 +22,7 @@ NOT_STAMPS = frozenset(
         "lease_expires_at",  # a lease runs until then
         "retry_at",  # a failed job is queued again then
         "resolving_until",  # a schedule's turn is held until then
+        "holder_until",  # a runner id held through the API runs until then
         "tick",  # a schedule's tick: when it is due, named by who fires it
         "last_tick",
         "resolving_tick",

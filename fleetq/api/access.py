@@ -43,6 +43,9 @@ def identify(kind: str, identity: str | None) -> None:
         request.identity = escape(f"{kind}:{identity}" if identity else kind)
 
 
+RUNNER_PATHS = "/v1/runner/"
+
+
 class AccessLog:
     def __init__(self, app: ASGIApp, logger: logging.Logger) -> None:
         self.app = app
@@ -67,7 +70,12 @@ class AccessLog:
             await self.app(scope, receive, sending)
         finally:
             _serving.reset(reset)
-            self.log.info(
+            path = str(scope.get("path", ""))
+            # a fleet's runners call many times a second: their calls that went well are
+            # logged at DEBUG (`fleetq api -v`), a refusal or a failure as every request
+            quiet = path.startswith(RUNNER_PATHS) and status < 400
+            self.log.log(
+                logging.DEBUG if quiet else logging.INFO,
                 "%s %s %d %.1f ms %s",
                 escape(scope.get("method", "")),
                 escape(scope.get("path", "")),

@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException
 
 from fleetq import __version__
 from fleetq.api import access
+from fleetq.api.answers import errors as _errors
 from fleetq.api.gateway import Gateway, job_path, savepoint
 from fleetq.api.limits import BodyLimit
 from fleetq.api.models import (
@@ -45,6 +46,8 @@ from fleetq.api.models import (
     SubmitRequest,
     Submitted,
 )
+from fleetq.api.notices import Notices
+from fleetq.api.runners import add_runner_routes
 from fleetq.core import eligibility, errors, producer, readers, validation
 from fleetq.core.driver import AsyncpgDriver
 from fleetq.core.models import CancelResult, Job, JobId, decision
@@ -79,23 +82,6 @@ CommitPath = Annotated[
         json_schema_extra={"pattern": COMMIT_PATTERN},
     ),
 ]
-_ERROR_TEXT = {
-    400: "the request is malformed (the CLI's message says which field)",
-    401: "no token, or an unknown or revoked one",
-    403: "the token's holder may not do this",
-    404: "no such job",
-    409: "the idempotency key names a different request",
-    413: "the request body is over the server's --max-body",
-    503: "the database is unreachable or busy: retry",
-}
-
-
-def _errors(*codes: int, **said: str) -> dict[int | str, dict[str, Any]]:
-    """The error answers of an operation, each `ErrorBody`: `codes` with their usual
-    words, `said` (`s422="..."`) with words of the operation's own."""
-    texts = {code: _ERROR_TEXT[code] for code in codes}
-    texts.update({int(key.removeprefix("s")): text for key, text in said.items()})
-    return {code: {"model": ErrorBody, "description": text} for code, text in texts.items()}
 
 
 def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
@@ -104,10 +90,14 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await gateway.open()
+        notices.start()
         try:
             yield
         finally:
+            await notices.close()
             await gateway.close()
+
+    notices = Notices(gateway.dsn)
 
     app = FastAPI(
         title="fleetq",
@@ -279,6 +269,8 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
         """The kind and identity the token acts as: a client's check of its credentials."""
         async with acting(token) as (_, caller):
             return caller
+
+    add_runner_routes(app, notices, acting)
 
     @app.get(
         "/v1/health",

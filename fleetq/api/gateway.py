@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Annotated
 
 import asyncpg
+from fastapi import Depends
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from fleetq.api.models import Caller
 from fleetq.core import migrate, queries
@@ -26,6 +29,9 @@ from fleetq.core.driver import (
 )
 from fleetq.core.errors import NotAuthenticated
 from fleetq.core.models import JobId
+
+_bearer = HTTPBearer(auto_error=False, description="a token from `fleetq tokens add`")
+Token = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 ACQUIRE_TIMEOUT_S = 10.0
 

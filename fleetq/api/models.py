@@ -88,3 +88,33 @@ class ErrorDetail(BaseModel):
 
 class ErrorBody(BaseModel):
     error: ErrorDetail
+
+
+class RunnerCall(_Request):
+    """One statement of a runner's, by name (`fleetq/core/runnercalls.py`), with its
+    arguments in the wire form of `fleetq/core/wire.py`."""
+
+    name: str = Field(description="the statement's name, e.g. lease_heartbeat")
+    args: list[Any] = Field(default_factory=list)
+    timeout_s: float = Field(30.0, gt=0, le=120, description="the statement's own timeout")
+
+
+class RunnerRows(BaseModel):
+    """The statement's rows, in the wire form."""
+
+    rows: list[dict[str, Any]]
+
+
+class Notice(BaseModel):
+    channel: Literal["fleetq_work", "fleetq_control"]
+    payload: str
+
+
+class Wake(BaseModel):
+    """Notices after `after`; `gap` when some may have been missed (the gateway's LISTEN
+    connection was away, or `after` is another process's or too old): then look at every
+    lane and read the configuration again, as after a LISTEN connection comes back."""
+
+    next: str = Field(description="pass as `after` in the next request")
+    notices: list[Notice]
+    gap: bool

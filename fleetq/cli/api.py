@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+from pathlib import Path
 
 from fleetq.cli.common import Commands, positive_arg
 from fleetq.core import extras, migrate
@@ -15,16 +16,17 @@ def register(commands: Commands) -> None:
     """Add `api`."""
     p = commands.add_parser(
         "api",
-        help="serve the HTTP producer API (submit, status, result, cancel, health)",
+        help="serve the HTTP API (submit, status, result, cancel, health; runners' calls)",
         description="Serve the HTTP API: POST /v1/jobs (submit; Idempotency-Key and "
         "traceparent headers), GET /v1/jobs/ID, POST /v1/jobs/ID/cancel, GET "
-        "/v1/results/PROJECT/COMMIT, GET /v1/whoami, GET /v1/health; the OpenAPI document "
-        "at /openapi.json (no /docs page: it would load Swagger UI from a CDN). One access "
-        "log line per request on stderr (method, path, status, ms, the token's identity; "
-        "never the token). Every call but health needs "
-        "`Authorization: Bearer <token>` (fleetq tokens add) and acts as the token's "
-        "identity. --dsn is best a gateway login (fleetq roles add-gateway), which can act "
-        "only for a presented token; an administrator's DSN works too.",
+        "/v1/results/PROJECT/COMMIT, GET /v1/whoami, GET /v1/health; for runner tokens "
+        "(fleetq-runner --api) POST /v1/runner/calls and GET /v1/runner/wake; the OpenAPI "
+        "document at /openapi.json (no /docs page: it would load Swagger UI from a CDN). One "
+        "access log line per request on stderr (method, path, status, ms, the token's "
+        "identity; never the token; a runner's calls that went well only with -v). Every "
+        "call but health needs `Authorization: Bearer <token>` (fleetq tokens add) and acts "
+        "as the token's identity. --dsn is best a gateway login (fleetq roles add-gateway), "
+        "which can act only for a presented token; an administrator's DSN works too.",
     )
     p.add_argument(
         "--listen",
@@ -53,6 +55,14 @@ def register(commands: Commands) -> None:
         metavar="N",
         help="database connections at most (default 10)",
     )
+    p.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="PEM",
+        help="serve HTTPS with this certificate (and --tls-key); without them the API "
+        "speaks plain HTTP, for a TLS terminator in front of it",
+    )
+    p.add_argument("--tls-key", type=Path, metavar="PEM", help="the key of --tls-cert")
     p.set_defaults(func=_serve)
 
 
@@ -92,6 +102,11 @@ def _serve(args: argparse.Namespace) -> int:
     from fleetq.api.gateway import Gateway
 
     host, port = listen_address(args.listen)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise InvalidInput("give --tls-cert and --tls-key together (or neither: plain HTTP)")
+    for pem in (args.tls_cert, args.tls_key):
+        if pem is not None and not pem.is_file():
+            raise InvalidInput(f"{pem}: no such file")
     dsn = resolve_dsn(args.dsn)
     with connect(dsn) as conn:  # a wrong database is refused now, with the fix named
         migrate.require_current(conn)
@@ -101,7 +116,8 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(Gateway(dsn, pool_size=args.pool_size), max_body=args.max_body)
     # the API's access log (fleetq/api/access.py) is at INFO: shown without -v too, and
     # it is the only one (uvicorn's would repeat each line, without the identity)
-    logging.getLogger("fleetq.api").setLevel(logging.INFO)
+    # (runners' calls that went well at DEBUG: shown with -v)
+    logging.getLogger("fleetq.api").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     config = uvicorn.Config(
         app,
         log_level="info" if args.verbose else "warning",
@@ -110,7 +126,13 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_keep_alive=5,
         server_header=False,
         use_colors=False,  # stderr is escaped (cli/output.terminal): colour codes would show
+        ssl_certfile=args.tls_cert,
+        ssl_keyfile=args.tls_key,
     )
-    print(f"fleetq api: listening on http://{shown}:{bound} (OpenAPI at /openapi.json)", flush=True)
+    scheme = "https" if args.tls_cert else "http"
+    print(
+        f"fleetq api: listening on {scheme}://{shown}:{bound} (OpenAPI at /openapi.json)",
+        flush=True,
+    )
     uvicorn.Server(config).run(sockets=[sock])
     return 0

@@ -1,5 +1,5 @@
 """`fleetq tokens`: bearer tokens for the HTTP API (`fleetq api`), each standing for a
-submitter, operator or reader identity."""
+submitter, operator or reader identity, or for one runner id."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ def register(commands: Commands) -> None:
         help="make, list and revoke the HTTP API's bearer tokens",
         description="A token stands for an identity, as a login does: a submitter token "
         "submits as its identity (so the priority class follows it) and cancels only its "
-        "own jobs; an operator token cancels any job; a reader token only reads. The token "
+        "own jobs; an operator token cancels any job; a reader token only reads; a runner "
+        "token (IDENTITY is a runner id, NODE/NAME) serves that runner through the API "
+        "(`fleetq-runner --api URL --token-file F`), as that runner only. The token "
         "is shown once, written to a file of mode 0600; the database keeps its SHA-256 "
         "only. Run these as an administrator.",
     )
@@ -36,7 +38,11 @@ def register(commands: Commands) -> None:
     )
     add.add_argument("kind", choices=[k.value for k in tokens.KINDS])
     add.add_argument("identity")
-    add.add_argument("--name", help="the token's name, to list and revoke it (default: IDENTITY)")
+    add.add_argument(
+        "--name",
+        help="the token's name, to list and revoke it (default: IDENTITY, a runner id's / "
+        "written as .)",
+    )
     add.add_argument(
         "--token-file",
         type=Path,
@@ -54,7 +60,7 @@ def register(commands: Commands) -> None:
 
 
 def _add(args: argparse.Namespace) -> int:
-    name = args.name or args.identity
+    name = args.name or args.identity.replace("/", ".")  # a runner id: NODE/NAME
     to_stdout = args.token_file == Path("-")
     path = None if to_stdout else (args.token_file or Path(f"{name}.token"))
     with connect(resolve_dsn(args.dsn)) as conn:

@@ -50,8 +50,23 @@ _READ_ONLY = "nothing (reads settings or computes)"
 _ALL_READERS = (Kind.SUBMITTER, Kind.OPERATOR, Kind.READER, Kind.GATEWAY)
 
 
+# what a gateway login may do with a runner's function: nothing on its own (without a
+# token every call refuses it), and for a runner token what that runner's login may
+_AS_ITS_RUNNER = "as a runner token's runner only (fleetq-runner --api)"
+# a runner's functions bound to a database session of its own: never a gateway's
+_SESSION_BOUND = frozenset(
+    {
+        "fleetq.take_runner_id(text)",
+        "fleetq.lock_for_handler(bigint,text,bigint)",
+        "fleetq.fenced_write(text,bigint,bigint,jsonb)",
+    }
+)
+
+
 def _runner(function: str, attack: str | None, touches: str = _RUNNER_LEASES) -> Entry:
-    return Entry(function, {Kind.RUNNER: touches}, attack)
+    if function in _SESSION_BOUND:
+        return Entry(function, {Kind.RUNNER: touches}, attack)
+    return Entry(function, {Kind.RUNNER: touches, Kind.GATEWAY: _AS_ITS_RUNNER}, attack)
 
 
 def _pure(function: str) -> Entry:
@@ -135,6 +150,7 @@ MATRIX: tuple[Entry, ...] = (
         {
             Kind.RUNNER: "its own runner: draining or offline, never over an operator's state",
             Kind.OPERATOR: "any runner (audited as itself)",
+            Kind.GATEWAY: _AS_ITS_RUNNER,
         },
         "fleetq.set_runner_state('{own}', 'offline', 'restart me', 'x')",
         frozenset({Kind.OPERATOR}),
@@ -143,6 +159,11 @@ MATRIX: tuple[Entry, ...] = (
         "fleetq.take_runner_id(text)",
         "fleetq.take_runner_id('{victim}')",
         "its own runner id's coordination row",
+    ),
+    _runner(
+        "fleetq.hold_runner_id(text,text,integer)",
+        "fleetq.hold_runner_id('{victim}', 'x', 30)",
+        "its own runner id's coordination row (held for a while, through the API)",
     ),
     _runner("fleetq.runner_state(text)", "fleetq.runner_state('{victim}')", "reads its own row"),
     _runner("fleetq.runner_held(text)", "fleetq.runner_held('{victim}')", "reads its own leases"),
@@ -268,7 +289,10 @@ MATRIX: tuple[Entry, ...] = (
     ),
     Entry(
         "fleetq.next_retry_in()",
-        {Kind.RUNNER: "reads when the next retry falls due (a number, no job)"},
+        {
+            Kind.RUNNER: "reads when the next retry falls due (a number, no job)",
+            Kind.GATEWAY: _AS_ITS_RUNNER,
+        },
         None,
     ),
     _pure("fleetq.setting_int(text)"),

@@ -54,6 +54,17 @@ def names() -> list[str]:
     return CORE.names()
 
 
+def name_of(text: str) -> str | None:
+    """The name of fleetq's block whose text is `text` (None: not one of them): how a
+    runner served through the API names the statement it would have run."""
+    return _names_by_text().get(text)
+
+
+@cache
+def _names_by_text() -> dict[str, str]:
+    return {text: name for name, text in _load(CORE.package).items()}
+
+
 class Library:
     """The named blocks of one package's `.sql` files (fleetq's own: `CORE`)."""
 

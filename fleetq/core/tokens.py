@@ -1,4 +1,5 @@
-"""API tokens: a bearer token stands for a submitter, operator or reader identity.
+"""API tokens: a bearer token stands for a submitter, operator or reader identity, or for
+one runner id (a runner that reaches the queue through `fleetq api`).
 
 A token is made here, shown once (written to a file of mode 0600, or printed when asked)
 and stored only as its SHA-256, so a copy of the database holds no usable token. The
@@ -23,7 +24,7 @@ from fleetq.core.errors import InvalidInput
 from fleetq.core.roles import Kind, check_subject, write_private
 
 PREFIX = "fq_"  # so a token is recognisable in a leak scanner or a log
-KINDS = (Kind.SUBMITTER, Kind.OPERATOR, Kind.READER)
+KINDS = (Kind.SUBMITTER, Kind.OPERATOR, Kind.READER, Kind.RUNNER)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
 
 
@@ -48,7 +49,9 @@ def add(
     """Make a token for `subject` acting as `kind`; return it with its secret, which is
     not kept anywhere else."""
     if kind not in KINDS:
-        raise InvalidInput(f"a token acts as a submitter, an operator or a reader, not {kind}")
+        raise InvalidInput(
+            f"a token acts as a submitter, an operator, a reader or a runner, not {kind}"
+        )
     check_subject(kind, subject)
     if not _NAME.match(name):
         raise InvalidInput(f"{name!r} is not a token name (letters, digits, . _ @ -)")

@@ -117,7 +117,9 @@ async def _run_command(
         )
         kit.staging.discard(tree)
         return
-    opened = await gate.enter(kit.pool, kit.runner, claim)
+    # through the API there is no session to hold the row across the spawn: ungated, the
+    # start report's own fence stops a run the database no longer wants (gate.py)
+    opened = await gate.enter(kit.pool, kit.runner, claim) if kit.pool is not None else None
     if isinstance(opened, str):
         # the database says no, though this runner has not heard why yet (a cancel whose
         # notification was lost): nothing runs, and the stop is confirmed as usual

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from fleetq.core import leasing
-from fleetq.core.driver import AsyncpgDriver
+from fleetq.core.driver import Driver
 from fleetq.core.models import Claim, JobId, OutcomeReport, RunnerId
 from fleetq.runner import loops, metrics, policy
 from fleetq.runner.config import RunnerConfig
@@ -74,7 +74,7 @@ class Claimers:
         for wake in self.wakes.values():
             wake.set()
 
-    async def loop(self, lane: str, driver: AsyncpgDriver) -> None:
+    async def loop(self, lane: str, driver: Driver) -> None:
         """Claim for `lane` until stopped: at once while claims come back full, else
         when woken or the (doubling) poll interval passes."""
         wake = self.wakes[lane]

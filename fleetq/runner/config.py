@@ -51,6 +51,11 @@ class RunnerConfig(BaseModel):
     memory_mb: int = Field(default_factory=lambda: default_memory_mb(), ge=0)
     cpus: float = Field(default_factory=lambda: float(psutil.cpu_count() or 1), ge=0)
     dsn: str | None = None
+    # served through `fleetq api` instead (no DSN on this node): its URL, the file of
+    # this runner's token (`fleetq tokens add runner NODE/NAME`), and a CA to trust
+    api: Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$")] | None = None
+    token_file: Path | None = None
+    api_ca: Path | None = None
     work_dir: Path | None = None
     keep_failed: bool = False
     grace_s: float = Field(DEFAULT_GRACE_S, ge=0)
@@ -68,6 +73,16 @@ class RunnerConfig(BaseModel):
         Annotated[str, StringConstraints(pattern=r"^[0-9]{1,10}-[0-9]{1,10}$")] | None
     ) = None
     job_user: str | None = None
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> RunnerConfig:
+        if self.api is not None and self.dsn is not None:
+            raise ValueError("give a DSN or an API URL (api), not both")
+        if self.api is not None and self.token_file is None:
+            raise ValueError("api needs token_file: this runner's token (fleetq tokens add)")
+        if self.api is None and (self.token_file or self.api_ca) is not None:
+            raise ValueError("token_file and api_ca go with api (the API's URL)")
+        return self
 
     @model_validator(mode="after")
     def _job_users_fit(self) -> RunnerConfig:

@@ -15,7 +15,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from fleetq.core import queries
 from fleetq.core.driver import map_error, mapped_errors
-from fleetq.core.errors import ConnectionFailed, StaleLease
+from fleetq.core.errors import ConnectionFailed, NotAllowed, StaleLease
 from fleetq.core.models import Claim, RunnerId
 from fleetq.runner.loops import Backoff
 
@@ -30,7 +30,7 @@ class JobContext:
 
     claim: Claim
     runner: RunnerId
-    pool: asyncpg.Pool
+    pool: asyncpg.Pool | None  # None: served through the API, no session to lend
     # how many `transaction()` blocks are open: each holds the job's row, which the
     # runner's heartbeat then skips rather than waits for (and counts as held)
     transactions_open: int = 0
@@ -100,6 +100,7 @@ class JobContext:
         backoff = Backoff()
         for _ in range(FINISH_CHECKS):
             try:
+                assert self.pool is not None  # a transaction was had
                 row = await self.pool.fetchrow(
                     queries.sql("lease_job_states"), self.runner, [self.claim.job_id]
                 )
@@ -117,6 +118,12 @@ class JobContext:
 
     @contextlib.asynccontextmanager
     async def _transaction(self, *, finish: bool) -> AsyncIterator[Connection]:
+        if self.pool is None:
+            raise NotAllowed(
+                "ctx.transaction() needs a database session, and this runner is served "
+                "through the API (fleetq-runner --api): run this operation's lane on a "
+                "runner with a DSN"
+            )
         async with contextlib.AsyncExitStack() as stack:
             try:
                 conn = await stack.enter_async_context(self.pool.acquire())

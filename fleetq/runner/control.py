@@ -12,12 +12,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Container, Mapping
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import asyncpg
 
 from fleetq.core import leasing
 from fleetq.core.driver import (
-    AsyncpgDriver,
+    Driver,
     ServerGuard,
     connect_each_host,
     mapped_errors,
@@ -44,6 +45,20 @@ LISTEN_KEEPALIVES = {
 }
 
 
+class ApiListener:
+    """What stands for the LISTEN connection of a runner served through the API
+    (`wakes.ApiControl`): its wake-ups come from the gateway, by long poll."""
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Nothing to close: each long poll is a request of its own."""
+
+    def is_closed(self) -> bool:
+        return False
+
+
+Listener: TypeAlias = "asyncpg.Connection | ApiListener"
+
+
 @dataclass(frozen=True)
 class ControlHooks:
     """What the LISTEN connection's notices ask of the rest of the runner."""
@@ -62,10 +77,10 @@ class Control:
     def __init__(
         self,
         *,
-        session: Session,
+        session: Session | None,
         config: RunnerConfig,
         runner: RunnerId,
-        driver: AsyncpgDriver,
+        driver: Driver,
         wakes: Mapping[str, asyncio.Event],
         done: asyncio.Event,
         background: Background,
@@ -77,8 +92,9 @@ class Control:
         self._lookouts: dict[str, asyncio.TimerHandle] = {}
         self._jobs_to_check: set[JobId] = set()  # named by `job:N` hints, not yet re-read
 
-    async def connect_listener(self) -> asyncpg.Connection:
+    async def connect_listener(self) -> Listener:
         """The dedicated LISTEN connection, holding the lock on this runner's id."""
+        assert self.session is not None, "a runner with a DSN has a session"
         name = identity.application_name(self.session.token)
         # Keepalives: if this node dies, the server ends the session (and frees the
         # runner id) within about half a minute, not the kernel's two hours.
@@ -104,21 +120,21 @@ class Control:
             raise
         return conn
 
-    async def listen(self, first: asyncpg.Connection) -> None:
+    async def listen(self, first: Listener) -> None:
         """The dedicated LISTEN connection (never pooled: a pool runs UNLISTEN * on
         release), re-established after a drop, with the runner id's lock taken again;
         after each (re)connect every lane polls once, so a notification missed meanwhile
         costs nothing."""
+        assert isinstance(first, asyncpg.Connection), "a runner with a DSN listens itself"
         conn: asyncpg.Connection | None = first
         backoff = loops.Backoff()
         connects = 0
         while not self.done.is_set():
             if conn is None:
                 try:
-                    conn = await self.connect_listener()
+                    conn = await self._connect()
                 except identity.RunnerIdInUse as exc:
-                    log.critical("%s; shutting down (this process no longer owns it)", exc)
-                    self.hooks.displaced()
+                    self.displaced_by(exc)
                     return
                 except Exception as exc:
                     if (error := loops.environmental(exc)) is None:
@@ -151,7 +167,18 @@ class Control:
             else:
                 await backoff.sleep(self.done)  # gone at once: do not reconnect in a spin
 
+    def displaced_by(self, exc: identity.RunnerIdInUse) -> None:
+        """Another process holds this runner id now: this one stops, leaving it that."""
+        log.critical("%s; shutting down (this process no longer owns it)", exc)
+        self.hooks.displaced()
+
+    async def _connect(self) -> asyncpg.Connection:
+        conn = await self.connect_listener()
+        assert isinstance(conn, asyncpg.Connection)
+        return conn
+
     async def _watch(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
+        assert self.session is not None
         guard = server_guard(self.session.dsn)
         while not self.done.is_set() and not lost.is_set():
             stop = asyncio.ensure_future(self.done.wait())
@@ -162,10 +189,11 @@ class Control:
             if not self.done.is_set() and not lost.is_set():
                 await _probe(conn, guard)
 
-    async def session_lives(self, conn: asyncpg.Connection) -> bool:
+    async def session_lives(self, conn: Listener) -> bool:
         """Whether a LISTEN connection kept from an earlier attempt still holds the runner
         id's lock (start-up's reuse): a session the server ended (its keepalives, after a
         partition) still looks open here until something is sent."""
+        assert self.session is not None and isinstance(conn, asyncpg.Connection)
         if conn.is_closed():
             return False
         try:
@@ -229,7 +257,7 @@ def _set_event(event: asyncio.Event, _conn: object) -> None:
     event.set()
 
 
-async def close_quietly(conn: asyncpg.Connection) -> None:
+async def close_quietly(conn: Listener) -> None:
     with contextlib.suppress(Exception):
         await conn.close(timeout=2)
 

@@ -145,7 +145,7 @@ class Toolkit:
     """What executions need from the runner."""
 
     driver: Driver
-    pool: asyncpg.Pool
+    pool: asyncpg.Pool | None  # None: served through the API (no session to lend)
     runner: RunnerId
     node: str
     staging: Staging

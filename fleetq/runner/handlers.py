@@ -7,6 +7,7 @@ import time
 
 from fleetq.core import leasing
 from fleetq.core.driver import AsyncpgDriver
+from fleetq.core.errors import NotAllowed
 from fleetq.runner.context import JobContext
 
 
@@ -42,7 +43,7 @@ async def publish(ctx: JobContext) -> str:
     await asyncio.sleep(float(payload.get("seconds", 0)))
     key = str(payload.get("key") or f"job-{ctx.claim.job_id}")
     accepted = await leasing.fenced_write(
-        AsyncpgDriver(ctx.pool),
+        AsyncpgDriver(ctx.pool) if ctx.pool is not None else _no_pool(),
         key=key,
         job_id=ctx.claim.job_id,
         token=ctx.claim.lease_version,
@@ -51,3 +52,7 @@ async def publish(ctx: JobContext) -> str:
     if not accepted:
         raise RuntimeError(f"ledger {key} refused token {ctx.token}: a newer one wrote first")
     return f"ledger {key}: token {ctx.token} accepted"
+
+
+def _no_pool() -> AsyncpgDriver:
+    raise NotAllowed("publish writes the fenced ledger with a database session: it needs --dsn")

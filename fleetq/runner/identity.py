@@ -90,6 +90,13 @@ async def take(conn: asyncpg.Connection, runner: str, own_application: str) -> N
             await conn.fetchval(queries.sql("runners_end_session"), holder["pid"])
             await _gone(conn, holder["pid"], deadline)
             continue
+        if holder["pid"] is None:
+            raise RunnerIdInUse(
+                f"runner {runner} is already served by another process through the API "
+                f"({holder['application_name']}, via login {holder['login']}); stop that "
+                "process first, or give this one another --name (its hold runs out within "
+                "half a minute of its last renewal)"
+            )
         raise RunnerIdInUse(
             f"runner {runner} is already served by another process (its database session: "
             f"pid {holder['pid']}, login {holder['login']}); stop that process first, or "

@@ -232,7 +232,7 @@ def warn_shared_uid() -> None:
     who = "root" if os.geteuid() == 0 else f"this runner's own uid ({os.geteuid()})"
     log.warning(
         "command jobs run as %s and can read what the runner reads, its credentials "
-        "included (a passfile named in its DSN); to keep them out, run it as root with "
-        "--job-uid-range",
+        "included (a passfile named in its DSN, or its API token file); to keep them out, "
+        "run it as root with --job-uid-range",
         who,
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from fleetq.core import fleet, leasing, queries
-from fleetq.core.driver import AsyncpgDriver
+from fleetq.core.driver import Driver
 from fleetq.core.errors import FleetqError, NotFound, StaleLease
 from fleetq.core.models import FencingToken, JobId, RunnerId, RunnerState, WriteStatus
 from fleetq.runner import loops, metrics, policy
@@ -43,9 +43,9 @@ class Leases:
     def __init__(
         self,
         *,
-        driver: AsyncpgDriver,
+        driver: Driver,
         runner: RunnerId,
-        pool: asyncpg.Pool,
+        pool: asyncpg.Pool | None,
         executions: Mapping[JobId, Execution],
         superseded: Callable[[], Iterable[tuple[JobId, FencingToken]]],
         done: asyncio.Event,
@@ -184,6 +184,8 @@ class Leases:
 
     def pool_use(self) -> str:
         pool = self.pool
+        if pool is None:
+            return "served through the API"
         busy = pool.get_size() - pool.get_idle_size()
         return f"{busy} of {pool.get_max_size()} pooled connections in use"
 

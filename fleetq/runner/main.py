@@ -68,6 +68,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpus", type=float, help="CPUs to offer (default: the CPU count)")
     p.add_argument("--dsn", help="PostgreSQL connection URI (default: $FLEETQ_DSN, else embedded)")
     p.add_argument(
+        "--api",
+        metavar="URL",
+        help="reach the queue through `fleetq api` at URL (https://… in production) instead "
+        "of a DSN: this node then holds no database credentials, only --token-file",
+    )
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="with --api: this runner's token (`fleetq tokens add runner NODE/NAME`), a "
+        "file only its owner may read",
+    )
+    p.add_argument(
+        "--api-ca",
+        type=Path,
+        metavar="PEM",
+        help="with --api https://…: trust this CA for the API's certificate (default: the "
+        "system's)",
+    )
+    p.add_argument(
         "--config",
         type=Path,
         metavar="runner.toml",
@@ -183,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "memory_mb": args.memory_mb,
         "cpus": args.cpus,
         "dsn": args.dsn,
+        "api": args.api,
+        "token_file": args.token_file,
+        "api_ca": args.api_ca,
         "work_dir": args.work_dir,
         "grace_s": args.grace_s,
         "batch": args.batch,
@@ -206,7 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         async def serve() -> int:
             install_signals(service, asyncio.get_running_loop().add_signal_handler)
-            return await service.run(as_uri(resolve_dsn(config.dsn)))
+            dsn = None if config.api else as_uri(resolve_dsn(config.dsn))
+            return await service.run(dsn)
 
         settle_heap()
         try:

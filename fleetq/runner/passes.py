@@ -8,7 +8,7 @@ import logging
 import math
 
 from fleetq.core import leasing, schedules
-from fleetq.core.driver import AsyncpgDriver
+from fleetq.core.driver import Driver
 from fleetq.core.models import RunnerId
 
 log = logging.getLogger("fleetq.runner.service")
@@ -19,7 +19,7 @@ MIN_REAP_WAIT_S = 0.05  # a retry due now is queued by the next pass, not spun o
 class Passes:
     """When the next reaper pass runs, and the passes themselves."""
 
-    def __init__(self, *, driver: AsyncpgDriver, runner: RunnerId, reap_interval_s: float) -> None:
+    def __init__(self, *, driver: Driver, runner: RunnerId, reap_interval_s: float) -> None:
         self.driver, self.runner = driver, runner
         self.reap_interval_s = reap_interval_s
         self.reap_due = math.inf  # loop time a retry falls due, which a pass must not miss

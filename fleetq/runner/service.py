@@ -25,14 +25,14 @@ from typing import Any
 import asyncpg
 
 from fleetq.core import fleet, queries
-from fleetq.core.driver import AsyncpgDriver
+from fleetq.core.driver import AsyncpgDriver, Driver
 from fleetq.core.errors import FleetqError
 from fleetq.core.models import JobId, RunnerId, RunnerState
 from fleetq.runner import loops, orphans, pidfile
 from fleetq.runner.background import Background
 from fleetq.runner.claimer import Claimers, RunnerHooks
 from fleetq.runner.config import RunnerConfig
-from fleetq.runner.control import Control, ControlHooks
+from fleetq.runner.control import Control, ControlHooks, Listener
 from fleetq.runner.execution import Execution, Toolkit
 from fleetq.runner.fencing import SELF_FENCE_CHECK_S
 from fleetq.runner.jobuser import JobUsers, warn_shared_uid
@@ -41,12 +41,14 @@ from fleetq.runner.leases import LeaseHooks, Leases
 from fleetq.runner.operations import Operations
 from fleetq.runner.passes import Passes
 from fleetq.runner.private import private_directory
+from fleetq.runner.remote import ApiDriver, read_token
 from fleetq.runner.reporter import Reporter
 from fleetq.runner.runs import RunHooks, Runs
 from fleetq.runner.sessions import Session, open_pool
 from fleetq.runner.signals import dump_tasks
 from fleetq.runner.staging import Staging
 from fleetq.runner.startup import StartUp
+from fleetq.runner.wakes import ApiControl
 
 log = logging.getLogger("fleetq.runner.service")
 
@@ -61,7 +63,8 @@ class RunnerService:
     """One fleetq-runner process: its parts composed, its lifecycle."""
 
     # the parts that need the database, made by `_serve`
-    driver: AsyncpgDriver
+    driver: Driver
+    api: ApiDriver  # served through the API (`--api`)
     reporter: Reporter
     kit: Toolkit
     passes: Passes
@@ -117,9 +120,10 @@ class RunnerService:
         """Each job's task, named by its job (for SIGUSR1's dump: job tasks are unnamed)."""
         return self.runs.task_labels() if hasattr(self, "runs") else {}
 
-    async def run(self, dsn: str) -> int:
-        """Serve until shut down; returns the process exit status. Refused
-        (`RunnerIdInUse`) while another process lives in this runner's directory."""
+    async def run(self, dsn: str | None) -> int:
+        """Serve until shut down, through `dsn`, or the API when configured (`dsn` is
+        None then); returns the process exit status. Refused (`RunnerIdInUse`) while
+        another process lives in this runner's directory."""
         directory = pidfile.take(self.config.directory(), self.runner)
         self.holder_gone = directory.predecessor is not None
         try:
@@ -127,15 +131,24 @@ class RunnerService:
         finally:
             directory.release()
 
-    async def _serve(self, dsn: str) -> int:
+    async def _serve(self, dsn: str | None) -> int:
         if not orphans.become_subreaper():
             log.warning(
                 "could not become a child subreaper: orphaned job processes would "
                 "be reparented to init"
             )
-        session = Session.for_dsn(dsn)
-        pool = await open_pool(session, self.runner, lanes=len(self.config.lanes))
-        self.driver = AsyncpgDriver(pool)
+        session: Session | None = None
+        pool: asyncpg.Pool | None = None
+        if dsn is not None:
+            session = Session.for_dsn(dsn)
+            pool = await open_pool(session, self.runner, lanes=len(self.config.lanes))
+            self.driver = AsyncpgDriver(pool)
+        else:
+            assert self.config.api is not None and self.config.token_file is not None
+            self.api = ApiDriver(
+                self.config.api, read_token(self.config.token_file), ca_file=self.config.api_ca
+            )
+            self.driver = self.api
         try:
             self._compose(pool, session)
             listener = await StartUp(
@@ -157,7 +170,7 @@ class RunnerService:
         finally:
             await self.driver.close()
 
-    def _compose(self, pool: asyncpg.Pool, session: Session) -> None:
+    def _compose(self, pool: asyncpg.Pool | None, session: Session | None) -> None:
         """The parts that need the database, each given what it asks of the others."""
         self.passes = Passes(
             driver=self.driver, runner=self.runner, reap_interval_s=self.config.reap_interval_s
@@ -211,7 +224,7 @@ class RunnerService:
                 reread_config=lambda: self.background.coalesced("config", self._reread_config),
             ),
         )
-        self.control = Control(
+        self.control = (ApiControl if session is None else Control)(
             session=session,
             config=self.config,
             runner=self.runner,
@@ -228,8 +241,10 @@ class RunnerService:
                 displaced=self._displaced,
             ),
         )
+        if isinstance(self.control, ApiControl):
+            self.control.api = self.api
 
-    async def _loops(self, listener: asyncpg.Connection) -> None:
+    async def _loops(self, listener: Listener) -> None:
         """Every loop of the runner, named, until shutdown is over."""
         reporter_stop = asyncio.Event()
         guard, leases, passes = self._guarded, self.leases, self.passes

@@ -12,15 +12,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncpg
-
 from fleetq import __version__
 from fleetq.core import fleet, migrate
 from fleetq.core.models import Registration
 from fleetq.runner import loops
 from fleetq.runner.collection import collect
 from fleetq.runner.config import RunnerConfig
-from fleetq.runner.control import Control, close_quietly
+from fleetq.runner.control import Control, Listener, close_quietly
 from fleetq.runner.execution import Toolkit
 from fleetq.runner.leases import Leases
 from fleetq.runner.runs import Runs
@@ -33,7 +31,7 @@ class _Progress:
     """What start-up has done so far, kept between its attempts."""
 
     schema_checked: bool = False
-    listener: asyncpg.Connection | None = None  # took the runner id's lock (checked on reuse)
+    listener: Listener | None = None  # took the runner id's lock (checked on reuse)
     registered: bool = False  # under `listener`'s lock
 
     def steps(self) -> int:
@@ -67,7 +65,7 @@ class StartUp:
         self.stop, self.follow_state = stop, follow_state
         self.driver, self.runner = kit.driver, kit.runner
 
-    async def run(self) -> asyncpg.Connection | None:
+    async def run(self) -> Listener | None:
         """Check the schema, take the runner id, register and settle what an earlier
         process left; a database that cannot be reached yet is waited for, saying so.
         Returns the LISTEN connection (None: shut down while waiting).
@@ -79,7 +77,7 @@ class StartUp:
         to wait longer each time."""
         backoff = loops.Backoff()
         progress = _Progress()
-        attempt: asyncio.Future[asyncpg.Connection] | None = None
+        attempt: asyncio.Future[Listener] | None = None
         try:
             while not self.stop.is_set():
                 before = progress.steps()
@@ -114,7 +112,7 @@ class StartUp:
                     await attempt
             await progress.abandon()
 
-    async def _once(self, progress: _Progress) -> asyncpg.Connection:
+    async def _once(self, progress: _Progress) -> Listener:
         """One attempt, from the first step not yet done (or undone since: a LISTEN
         connection that is gone took the runner id's lock with it, so registering comes
         again under the new one's). Collection runs whole every time: what it settled is

@@ -322,6 +322,11 @@ BEGIN
                              WHERE a.pid = h.holder_pid);
         RETURN;
     END IF;
+    IF h.holder_pid IS NULL AND h.holder_until > clock_timestamp() THEN
+        -- held through the API (hold_runner_id) until then: no pid to name
+        RETURN QUERY SELECT false, NULL::integer, h.holder_role, h.holder_app;
+        RETURN;
+    END IF;
     SELECT l.pid INTO v_old
     FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
@@ -339,10 +344,61 @@ BEGIN
     END IF;
     UPDATE fleetq.coordination c
     SET holder_pid = pg_backend_pid(), holder_role = session_user,
-        holder_app = current_setting('application_name'), taken_at = clock_timestamp()
+        holder_app = current_setting('application_name'), taken_at = clock_timestamp(),
+        holder_until = NULL
     WHERE c.name = v_name;
     RETURN QUERY SELECT true, pg_backend_pid(), session_user::text,
                         current_setting('application_name');
+END;
+$function$;
+
+-- One process per runner id for a runner served through the API (issue 46), which has no
+-- session of its own to hold it: a hold for `p_seconds`, renewed by calling again. Taken
+-- when no live session holds the row (take_runner_id) and no other holder's hold runs;
+-- `p_holder` names the process (its node and runner directory: a restart there takes its
+-- own hold back at once, a second process elsewhere is refused until the hold runs out).
+-- Not taken: the holder, and how long its hold has left.
+CREATE OR REPLACE FUNCTION fleetq.hold_runner_id(p_runner text, p_holder text,
+                                                 p_seconds integer)
+ RETURNS TABLE(taken boolean, holder text, login text, left_s double precision)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_runner text := fleetq.acting_runner(p_runner);
+    v_name text := 'runner:' || v_runner;
+    h record;
+BEGIN
+    IF p_seconds IS NULL OR p_seconds NOT BETWEEN 5 AND 300 THEN
+        RAISE EXCEPTION 'a runner id is held for 5 to 300 seconds, not %', p_seconds
+            USING ERRCODE = 'FQ003';
+    END IF;
+    IF coalesce(p_holder, '') = '' OR length(p_holder) > 200 THEN
+        RAISE EXCEPTION 'a hold names its holder in 1 to 200 characters' USING ERRCODE = 'FQ003';
+    END IF;
+    INSERT INTO fleetq.coordination (name) VALUES (v_name) ON CONFLICT DO NOTHING;
+    SELECT * INTO h FROM fleetq.coordination c WHERE c.name = v_name FOR UPDATE;
+    IF h.holder_pid IS NOT NULL AND EXISTS (
+           SELECT 1 FROM pg_stat_activity a
+           WHERE a.pid = h.holder_pid AND a.usename = h.holder_role) THEN
+        RETURN QUERY SELECT false, h.holder_app, h.holder_role, NULL::double precision;
+        RETURN;
+    END IF;
+    IF h.holder_pid IS NULL AND h.holder_until > clock_timestamp()
+       AND h.holder_app IS DISTINCT FROM p_holder THEN
+        RETURN QUERY SELECT false, h.holder_app, h.holder_role,
+                            extract(epoch FROM h.holder_until - clock_timestamp())::float8;
+        RETURN;
+    END IF;
+    UPDATE fleetq.coordination c
+    SET holder_pid = NULL, holder_role = session_user, holder_app = p_holder,
+        holder_until = clock_timestamp() + p_seconds * interval '1 second',
+        taken_at = CASE WHEN c.holder_app IS NOT DISTINCT FROM p_holder AND c.holder_pid IS NULL
+                        THEN c.taken_at ELSE clock_timestamp() END
+    WHERE c.name = v_name;
+    RETURN QUERY SELECT true, p_holder, session_user::text, p_seconds::float8;
 END;
 $function$;
 

@@ -189,14 +189,19 @@ def start_runner(fleet_dsn: str, tmp_path: Path) -> Iterator[StartRunner]:
         extra: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         dsn: str | None = None,
+        via: tuple[str, ...] | None = None,
+        expect_exit: bool = False,
     ) -> RunnerProcess:
+        """A runner on `dsn` (default: the fleet's), or `via` these arguments instead
+        (`--api URL --token-file F`); `expect_exit`: one that is to be refused at start."""
         log = tmp_path / f"{node}-{name}.log"
+        if log.exists():  # a second process of the runner: a log of its own
+            log = tmp_path / f"{node}-{name}-{len(started)}.log"
         argv = [
             sys.executable,
             "-m",
             "fleetq.runner",
-            "--dsn",
-            dsn or fleet_dsn,
+            *(via if via is not None else ("--dsn", dsn or fleet_dsn)),
             "--node",
             node,
             "--name",
@@ -217,7 +222,10 @@ def start_runner(fleet_dsn: str, tmp_path: Path) -> Iterator[StartRunner]:
             lambda: "serving" in runner.output() or proc.poll() is not None,
             what=f"runner {runner.runner_id} to start",
         )
-        assert proc.poll() is None, runner.output()
+        if expect_exit:
+            proc.wait(timeout=30)
+        else:
+            assert proc.poll() is None, runner.output()
         return runner
 
     yield start

@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -31,7 +32,8 @@ from typing import Any
 import psutil
 
 from fleetq.core import config as fleet_config
-from fleetq.core import migrate, producer, queries
+from fleetq.core import migrate, producer, queries, roles
+from fleetq.core import tokens as api_tokens
 from fleetq.core.db import SyncConnection, connect
 from fleetq.core.embedded import EmbeddedServer
 from fleetq.core.errors import FleetqError
@@ -106,6 +108,44 @@ class Runner:
 
 
 @dataclass
+class ApiGateway:
+    """`fleetq api` on a fixed port (so it can be killed and started again there), which
+    the runners of a fleet served through the API reach, each through its own proxy."""
+
+    dsn: str
+    port: int
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self) -> None:
+        argv = [sys.executable, "-m", "fleetq", "--dsn", self.dsn, "api"]
+        argv += ["--listen", f"127.0.0.1:{self.port}", "--max-connections", "1000"]
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.starts += 1
+        wait_until(self.listening, what="the API to listen", deadline_s=30)
+
+    def listening(self) -> bool:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return text.count("listening on") >= self.starts
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@dataclass
 class FaultFleet:
     """The server, the runners, the job stream, and what happened to them."""
 
@@ -119,6 +159,7 @@ class FaultFleet:
     jobs: list[int] = field(default_factory=list)
     submit_retries: int = 0
     extra_proxies: list[FaultProxy] = field(default_factory=list)
+    gateway: ApiGateway | None = None  # the runners are served through it (--api)
 
     @property
     def marks(self) -> Path:
@@ -128,12 +169,16 @@ class FaultFleet:
 
     def start(self, i: int) -> None:
         r = self.runners[i]
+        if self.gateway is None:
+            way = ["--dsn", r.proxy.dsn]
+        else:  # through the API: a URL, and a token that stands for this runner
+            way = ["--api", f"http://127.0.0.1:{r.proxy.port}"]
+            way += ["--token-file", str(self.tmp / f"{r.node}.token")]
         argv = [
             sys.executable,
             "-m",
             "fleetq.runner",
-            "--dsn",
-            r.proxy.dsn,
+            *way,
             "--node",
             r.node,
             "--name",
@@ -282,9 +327,12 @@ def fault_fleet(
     work_s: float = WORK_S,
     mark_jobs: int = MARK_JOBS,
     effect_jobs: int = EFFECT_JOBS,
+    through_api: bool = False,
 ) -> Iterator[FaultFleet]:
     """A migrated database with the fleet applied and `runners` serving runners; command
-    jobs run `work_s` seconds."""
+    jobs run `work_s` seconds. `through_api`: the runners are served through `fleetq
+    api` (each proxy stands between its runner and the API), with command jobs only
+    (a handler's `ctx.transaction()` needs a DSN)."""
     dsn = server.status().dsn
     assert dsn is not None
     repo = tmp / "repo"
@@ -315,20 +363,47 @@ def fault_fleet(
         tmp=tmp,
         head=head,
         mark_jobs=mark_jobs,
-        effect_jobs=effect_jobs,
+        effect_jobs=0 if through_api else effect_jobs,
     )
+    target = dsn
+    if through_api:
+        fleet.gateway = ApiGateway(dsn=dsn, port=_free_port(), log=tmp / "api.log")
+        target = f"postgresql://api@127.0.0.1:{fleet.gateway.port}/api"  # what a proxy reaches
     try:
+        if fleet.gateway is not None:
+            fleet.gateway.start()
         for i in range(runners):
             node = f"node-{i}"
-            fleet.runners.append(Runner(node=node, proxy=FaultProxy(dsn), log=tmp / f"{node}.log"))
+            if fleet.gateway is not None:
+                _runner_token(dsn, f"{node}/r", tmp / f"{node}.token")
+            fleet.runners.append(
+                Runner(node=node, proxy=FaultProxy(target), log=tmp / f"{node}.log")
+            )
             fleet.start(i)
         for i in range(runners):
             wait_until(lambda i=i: fleet.serving(i), what=f"runner {i} to serve")  # type: ignore[misc]
         yield fleet
     finally:
         fleet.stop_all()
+        if fleet.gateway is not None:
+            fleet.gateway.stop()
         for proxy in [*(r.proxy for r in fleet.runners), *fleet.extra_proxies]:
             proxy.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _runner_token(dsn: str, runner: str, path: Path) -> None:
+    with connect(dsn) as conn:
+        _, secret = api_tokens.add(
+            conn, roles.Kind.RUNNER, runner, name=runner.replace("/", "."), created_by="faults"
+        )
+        conn.commit()
+    api_tokens.write_secret(path, secret)
 
 
 # -- invariants and figures -------------------------------------------------------------

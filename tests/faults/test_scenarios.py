@@ -1,5 +1,7 @@
 """The fault suite (issue 12): 60 jobs through three real runners under each fault, and
-the same invariants after every one (`scenarios.check`). Each run writes its figures as
+the same invariants after every one (`scenarios.check`); two of them with the runners
+served through `fleetq api` (issue 46: 40 command jobs, the API killed, partitioned from
+a runner, lossy, and its database restarted). Each run writes its figures as
 JSON to `$FLEETQ_FAULTS_OUT` (default: the test's temporary directory); docs/reliability.md
 has the table and how to rerun it.
 
@@ -49,6 +51,9 @@ class Scenario:
     overlap_bound_s: float | None = 0.05  # None: the fault itself makes overlap (SIGSTOP)
     # submits through a lossy path of their own (retried with their keys until answered)
     submit_through: Callable[[FaultFleet], FaultProxy] | None = None
+    # the runners are served through `fleetq api` (issue 46): each proxy stands between a
+    # runner and the API, which reaches PostgreSQL directly
+    through_api: bool = False
 
 
 def _after(n: int) -> Fault:
@@ -157,6 +162,40 @@ def _combined(fleet: FaultFleet) -> None:
     fleet.server.ensure_running()
 
 
+def _kill_the_api(fleet: FaultFleet) -> None:
+    """The API process killed (-9) twice while jobs flow, mid-claim and mid-outcome as
+    it happens, and started again on its port: to its runners, the database away."""
+    assert fleet.gateway is not None
+    seen = "wake-ups from the gateway failed"
+    for done in (8, 25):
+        _after(done)(fleet)
+        before = [r.output().count(seen) for r in fleet.runners]
+        fleet.gateway.kill9()
+        fleet.gateway.start()
+        # the evidence: each runner's long poll, always open, broke with the process
+        wait_until(
+            lambda before=before: all(  # type: ignore[misc]
+                r.output().count(seen) > n for r, n in zip(fleet.runners, before, strict=True)
+            ),
+            what="every runner to see the API go",
+        )
+
+
+def _api_combined(fleet: FaultFleet) -> None:
+    """Through the API: drops and lost replies between the runners and the API (a reply
+    lost after the API committed is answered `already` on retry), one runner partitioned
+    from the API until one of its jobs is claimed again, and PostgreSQL restarted behind
+    the API."""
+    for r in fleet.runners:
+        r.proxy.degrade(latency_s=0.01, drop=0.01, lose_replies=0.02)
+    _after(5)(fleet)
+    proxy = fleet.runners[2].proxy
+    _cut_off_holding(fleet, 2, proxy.blackhole, proxy.heal)
+    _after(30)(fleet)
+    fleet.server.stop("immediate")
+    fleet.server.ensure_running()
+
+
 def _lossy_producer(fleet: FaultFleet) -> FaultProxy:
     proxy = FaultProxy(fleet.dsn)
     proxy.degrade(latency_s=0.01, drop=0.05, lose_replies=0.05)
@@ -178,6 +217,8 @@ SCENARIOS = [
     # fenced its run in time has nothing stale left to write), unlike the partition alone
     Scenario("combined", _combined),
     Scenario("submits through a lossy network", _none, submit_through=_lossy_producer),
+    Scenario("API killed mid-stream", _kill_the_api, through_api=True),
+    Scenario("through the API: combined", _api_combined, through_api=True),
 ]
 
 
@@ -209,7 +250,7 @@ def fresh(server: EmbeddedServer) -> EmbeddedServer:
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_scenario(scenario: Scenario, fresh: EmbeddedServer, tmp_path: Path) -> None:
-    with fault_fleet(fresh, tmp_path) as fleet:
+    with fault_fleet(fresh, tmp_path, through_api=scenario.through_api) as fleet:
         errors: list[BaseException] = []
 
         def inject() -> None:
@@ -241,8 +282,11 @@ def test_scenario(scenario: Scenario, fresh: EmbeddedServer, tmp_path: Path) -> 
                 exit_codes=codes,
             )
     figures = {"scenario": scenario.name, "lease_s": LEASE_S, **figures}
+    if fleet.gateway is not None:
+        figures["api_starts"] = fleet.gateway.starts
     out = Path(os.environ.get("FLEETQ_FAULTS_OUT") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
     name = scenario.name.replace(" ", "_").replace("%", "pct").replace("+", "and")
+    name = name.replace(":", "")
     (out / f"{name}.json").write_text(json.dumps(figures, indent=2, default=str) + "\n")
     print(json.dumps(figures, default=str))

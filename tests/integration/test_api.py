@@ -12,6 +12,7 @@ import contextlib
 import json
 import queue
 import re
+import ssl
 import subprocess
 import sys
 import threading
@@ -42,9 +43,12 @@ Token = Callable[..., str]  # (kind, identity) -> a bearer token
 
 
 @contextlib.contextmanager
-def serving(dsn: str, *extra: str, log: list[str] | None = None) -> Iterator[str]:
-    """`fleetq api` on a free port; its base URL once it answers health. Its stderr is
-    read all along (it logs each request: a full pipe would stop it), into `log`."""
+def serving(
+    dsn: str, *extra: str, log: list[str] | None = None, verify: str | None = None
+) -> Iterator[str]:
+    """`fleetq api` on a free port; its base URL once it answers health (over HTTPS:
+    checked against `verify`, a CA file). Its stderr is read all along (it logs each
+    request: a full pipe would stop it), into `log`."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleetq", "--dsn", dsn, "api", "--listen", "127.0.0.1:0", *extra],
         stdout=subprocess.PIPE,
@@ -72,13 +76,14 @@ def serving(dsn: str, *extra: str, log: list[str] | None = None) -> Iterator[str
             first = lines.get(timeout=30)
         except queue.Empty:
             raise AssertionError("fleetq api printed no address within 30 s") from None
-        found = re.search(r"http://\S+", first)
+        found = re.search(r"https?://\S+", first)
         assert found, first
         base = found.group(0)
 
         def healthy() -> bool:
             with contextlib.suppress(httpx.HTTPError):
-                return httpx.get(f"{base}/v1/health", timeout=2).status_code == 200
+                trust = ssl.create_default_context(cafile=verify) if verify else True
+                return httpx.get(f"{base}/v1/health", timeout=2, verify=trust).status_code == 200
             return False
 
         wait_for(healthy, "the API answering health", deadline_s=30)
@@ -145,7 +150,11 @@ def token(admin: SyncConnection) -> Token:
 
     def make(kind: str, identity: str) -> str:
         _, secret = tokens.add(
-            admin, roles.Kind(kind), identity, name=f"{identity}-{suffix}", created_by="t"
+            admin,
+            roles.Kind(kind),
+            identity,
+            name=f"{identity.replace('/', '.')}-{suffix}",
+            created_by="t",
         )
         return secret
 
@@ -437,6 +446,8 @@ def test_the_openapi_document_describes_every_route_and_the_bearer_scheme(
         "/v1/results/{project}/{commit}",
         "/v1/whoami",
         "/v1/health",
+        "/v1/runner/calls",
+        "/v1/runner/wake",
     }
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     submit = doc["paths"]["/v1/jobs"]["post"]
@@ -488,6 +499,9 @@ def test_every_documented_status_is_answered_and_every_answer_documented(
     big = "x" * MaxBody
     job, cancel = "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel"
     result = "/v1/results/{project}/{commit}"
+    calls, wake = "/v1/runner/calls", "/v1/runner/wake"
+    call = {"name": "runners_lease_seconds"}
+    runner = _auth(token("runner", "node-contract/r"))
     probes: list[tuple[str, str, str, dict[str, Any]]] = [
         ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(commit=sha), "headers": {**ci, **key}}),
         ("POST", "/v1/jobs", "/v1/jobs", {"json": _job(commit=sha), "headers": {**ci, **key}}),
@@ -527,6 +541,16 @@ def test_every_documented_status_is_answered_and_every_answer_documented(
         ("GET", "/v1/whoami", "/v1/whoami", {}),
         ("GET", "/v1/whoami", "/v1/whoami", {"headers": _auth("fq_guess")}),
         ("GET", "/v1/health", "/v1/health", {}),
+        ("POST", calls, calls, {"json": call, "headers": runner}),
+        ("POST", calls, calls, {"json": {**call, "name": "runners_list"}, "headers": runner}),
+        ("POST", calls, calls, {"content": b"{", "headers": runner}),
+        ("POST", calls, calls, {"json": call}),
+        ("POST", calls, calls, {"json": call, "headers": ci}),
+        ("POST", calls, calls, {"json": {**call, "args": [big]}, "headers": runner}),
+        ("GET", wake, wake, {"params": {"wait_s": 0}, "headers": runner}),
+        ("GET", wake, wake, {"params": {"wait_s": 99}, "headers": runner}),
+        ("GET", wake, wake, {"params": {"wait_s": 0}}),
+        ("GET", wake, wake, {"params": {"wait_s": 0}, "headers": ci}),
     ]
     answered: dict[tuple[str, str], set[int]] = {operation: set() for operation in documented}
     for method, template, url, request in probes:
@@ -542,7 +566,7 @@ def test_every_documented_status_is_answered_and_every_answer_documented(
         proxy.degrade(drop=1.0)
         for method, path in documented:
             url = path.format(job_id=mine, project="webapp", commit=sha)
-            body = _job(commit=sha) if path == "/v1/jobs" else None
+            body = {"/v1/jobs": _job(commit=sha), calls: call}.get(path)
             answer = away.request(method, url, headers=ci, json=body)
             answered[(method, path)].add(answer.status_code)
     differ = {
@@ -692,12 +716,15 @@ def test_tokens_are_shown_once_kept_as_a_hash_and_revoked_by_name(
     assert "ci-bot" in out and "ops" not in out and secret not in out
     code, printed, _ = cli("tokens", "add", "reader", "dash", "--token-file", "-")
     assert code == 0 and printed.strip().startswith("fq_")
-    code, _, err = cli("tokens", "add", "runner", "a/b")
-    assert code == 64, err
+    # a runner token stands for a runner id (issue 46); its name is the id's, / as .
+    code, printed, _ = cli("tokens", "add", "runner", "node-a/r", "--token-file", "-")
+    assert code == 0 and printed.strip().startswith("fq_")
+    code, _, err = cli("tokens", "add", "runner", "no-node", "--token-file", "-")
+    assert code == 64 and "not a runner id" in err, err
     assert cli("tokens", "revoke", "ci-bot")[0] == 0
     assert cli("tokens", "revoke", "ci-bot")[0] == 65
     rows = sync_conn.execute("SELECT name FROM fleetq.api_tokens ORDER BY name").fetchall()
-    assert rows == [("dash",)]
+    assert rows == [("dash",), ("node-a.r",)]
 
 
 def test_the_api_answers_503_while_the_database_is_away_and_recovers(

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from fleetq.core import authz, roles
+from fleetq.core import authz, roles, tokens
 from fleetq.core.authz import Kind
 from fleetq.core.db import SyncConnection, connect
 from tests.fleet import SHA
@@ -216,4 +216,44 @@ def test_no_call_acts_on_another_tenant(
         if (after := fingerprint(sync_conn, victim.job)) != before:
             failures.append(f"{where}: changed the victim's state: {before} -> {after}")
             before = after
+    assert not failures, "\n".join(failures)
+
+
+def test_a_runner_token_through_the_gateway_acts_as_its_runner_only(
+    login: Login, sync_conn: SyncConnection, victim: Victim
+) -> None:
+    """Issue 46: the gateway may call a runner's functions for a runner token. Each row's
+    call, made by the gateway login presenting a token of the attacker's runner (as
+    `fleetq api` does for `fleetq-runner --api`), is held to exactly what that runner's
+    own login is: refused, or it changes and holds nothing of the victim's."""
+    gateway = login(roles.Kind.GATEWAY, "api")
+    _, secret = tokens.add(sync_conn, roles.Kind.RUNNER, OWN, name="attacker", created_by="t")
+    sync_conn.commit()
+    before = fingerprint(sync_conn, victim.job)
+    failures: list[str] = []
+    tried = 0
+    for entry in authz.MATRIX:
+        if entry.attack is None or not {Kind.RUNNER, Kind.GATEWAY} <= set(entry.touches):
+            continue
+        tried += 1
+        call = entry.attack.format(
+            own=OWN, victim=VICTIM, job=victim.job, schedule=SCHEDULE, sha=OTHER_SHA, lane="checks"
+        )
+        where = f"{entry.function.split('(')[0]} for a runner token"
+        with connect(gateway) as conn:
+            conn.execute(b"SELECT * FROM fleetq.act_for_token($1)", [secret])
+            try:
+                conn.execute(f"SELECT * FROM {call}".encode())
+            except psycopg.Error as exc:
+                conn.rollback()
+                if exc.sqlstate not in {"42501", "FQ002", "FQ003", "FQ004", "FQ006"}:
+                    failures.append(f"{where}: refused with {exc.sqlstate}: {exc}")
+                continue
+            if held := locked_rows(sync_conn, victim.job):
+                failures.append(f"{where}: holds the victim's {', '.join(held)} row")
+            conn.commit()
+        if (after := fingerprint(sync_conn, victim.job)) != before:
+            failures.append(f"{where}: changed the victim's state: {before} -> {after}")
+            before = after
+    assert tried >= 20, tried
     assert not failures, "\n".join(failures)

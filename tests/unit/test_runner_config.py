@@ -50,3 +50,22 @@ def test_a_lane_given_twice_is_refused(capsys: pytest.CaptureFixture[str]) -> No
         parse(["--node", "n", "--lane", "tests=1", "--lane", "tests=2"])
     assert exit_.value.code == 64
     assert "--lane names tests more than once" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"api": "https://q.example", "dsn": "postgresql://db/q"}, "not both"),
+        ({"api": "https://q.example"}, "api needs token_file"),
+        ({"token_file": "r.token"}, "go with api"),
+        ({"api": "q.example", "token_file": "r.token"}, "api: String should match"),
+    ],
+)
+def test_one_way_to_the_queue(given: dict[str, object], said: str) -> None:
+    """A DSN or the API's URL with a token file: a mix is refused at start, saying why."""
+    with pytest.raises(ConfigError, match=said):
+        load({"node": "n1", "lanes": {"checks": 1}, **given}, None)
+    ok = load(
+        {"node": "n1", "lanes": {"checks": 1}, "api": "http://q:8080", "token_file": "t"}, None
+    )
+    assert ok.api == "http://q:8080" and ok.dsn is None

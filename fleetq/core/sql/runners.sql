@@ -36,6 +36,12 @@ SELECT * FROM fleetq.runner_timing();
 -- or the session holding it (pid, login, application_name). $1 runner
 SELECT * FROM fleetq.take_runner_id($1::text);
 
+-- name: runners_hold_identity
+-- One process per runner id for a runner served through the API: held for $3 seconds by
+-- holder $2 (renewed by asking again), or the other holder and how long it has left.
+-- $1 runner
+SELECT * FROM fleetq.hold_runner_id($1::text, $2::text, $3::integer);
+
 -- name: runners_session_alive
 -- Whether a database session is still there. $1 backend pid
 SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1::integer) AS alive;

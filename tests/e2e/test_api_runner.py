@@ -1,0 +1,235 @@
+"""A runner served through `fleetq api` (issue 46): `fleetq-runner --api URL --token-file
+F` on a node with no DSN, its token standing for its runner id. The runner is the same
+code as one with a DSN; what is tested here is the way in: every statement it makes
+passes the gateway (a list of them is all a runner token may run), every rule of a
+runner login holds for its token, and wake-ups come from the gateway's one LISTEN
+connection by long poll."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fleetq.core import roles, tokens
+from fleetq.core.db import connect
+from fleetq.core.embeddedtls import Certificate
+from tests.e2e.conftest import Repo, StartRunner, job_state, wait_until
+from tests.e2e.test_runner import _submit
+from tests.integration.conftest import login_dsn
+from tests.integration.test_api import serving
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def gateway_login(fleet_dsn: str, tmp_path: Path) -> Iterator[str]:
+    """A gateway login of this test's own: its DSN."""
+    name = f"fq_gateway_{uuid.uuid4().hex[:10]}"
+    with connect(fleet_dsn, autocommit=True) as conn:
+        roles.add(
+            conn,
+            roles.Kind.GATEWAY,
+            "api",
+            admin_dsn=fleet_dsn,
+            password_file=tmp_path / "gateway.pgpass",
+            login=name,
+        )
+    try:
+        yield login_dsn(fleet_dsn, name)
+    finally:
+        with connect(fleet_dsn, autocommit=True) as conn:
+            roles.remove(conn, name)
+
+
+@pytest.fixture
+def gateway(gateway_login: str) -> Iterator[str]:
+    """`fleetq api` on a gateway login; its base URL."""
+    with serving(gateway_login) as base:
+        yield base
+
+
+def _token(fleet_dsn: str, tmp_path: Path, kind: str, subject: str) -> Path:
+    """A token of `kind` for `subject`, in a file of mode 0600."""
+    with connect(fleet_dsn) as conn:
+        _, secret = tokens.add(
+            conn, roles.Kind(kind), subject, name=f"t-{uuid.uuid4().hex[:8]}", created_by="t"
+        )
+        conn.commit()
+    path = tmp_path / f"{uuid.uuid4().hex[:8]}.token"
+    tokens.write_secret(path, secret)
+    return path
+
+
+def test_a_runner_with_only_a_url_and_a_token_runs_checks(
+    fleet_dsn: str, repo: Repo, gateway: str, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    token = _token(fleet_dsn, tmp_path, "runner", "node-a/r")
+    env = {"FLEETQ_DSN": "", "PGPASSFILE": os.devnull}  # nothing of the database on this node
+    runner = start_runner(via=("--api", gateway, "--token-file", str(token)), env=env)
+    with connect(fleet_dsn, autocommit=True) as conn:
+        passed = _submit(conn, "check", repo.old)
+        failed = _submit(conn, "check", repo.head)
+        wait_until(
+            lambda: job_state(conn, passed) == "succeeded",
+            what="the check to pass",
+            show=runner.output,
+        )
+        wait_until(lambda: job_state(conn, failed) == "failed", what="the check to fail")
+        result = conn.execute(
+            b"SELECT verdict, commit_sha FROM fleetq.results WHERE job_id = $1", [passed]
+        ).fetchone()
+        assert result == ("passed", repo.old)
+        # a cancel reaches the runner as a notice the gateway heard and passed on
+        sleeper = _submit(conn, "sleep", repo.head)
+        wait_until(lambda: job_state(conn, sleeper) == "running", what="the sleeper to run")
+        conn.execute(b"SELECT * FROM fleetq.cancel($1, 'ops', 'test')", [sleeper])
+        wait_until(
+            lambda: f"stop confirmed job={sleeper}" in runner.output(),
+            what="the runner to confirm the stop",
+            show=runner.output,
+        )
+        # a handler that needs a database session says so, and nothing else is harmed
+        effect = _submit(conn, "exactly_once", repo.head)
+        wait_until(lambda: job_state(conn, effect) == "failed", what="the handler job to end")
+        said = conn.execute(
+            b"SELECT reason, log_tail FROM fleetq.results WHERE job_id = $1", [effect]
+        ).fetchone()
+        assert "served through the API" in str(said), said
+    assert runner.proc.poll() is None, runner.output()
+
+
+def test_a_runner_token_acts_as_its_runner_only_and_in_one_process(
+    fleet_dsn: str, gateway: str, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    token = _token(fleet_dsn, tmp_path, "runner", "node-a/r")
+    via = ("--api", gateway, "--token-file", str(token))
+    other = start_runner("node-b", "r", via=via, expect_exit=True)
+    assert other.proc.returncode != 0
+    assert "acts as runner node-a/r only, not as node-b/r" in other.output(), other.output()
+    first = start_runner(via=via)
+    # the same token in a second process (another directory, as on another node): refused
+    # while the first holds the runner id, naming it; the first serves on
+    second = start_runner(
+        via=via, extra=("--work-dir", str(tmp_path / "elsewhere")), expect_exit=True
+    )
+    assert second.proc.returncode != 0
+    assert "already served by another process (fleetq-runner --api on" in second.output(), (
+        second.output()
+    )
+    assert first.proc.poll() is None, first.output()
+    # another process took the id meanwhile (the first's hold ran out, a partition say):
+    # the first's next renewal finds it and the first stops, leaving the id to it
+    with connect(fleet_dsn, autocommit=True) as conn:
+        conn.execute(
+            b"UPDATE fleetq.coordination SET holder_until = clock_timestamp() "
+            b"WHERE name = 'runner:node-a/r'"
+        )
+        conn.execute(b"SELECT * FROM fleetq.hold_runner_id('node-a/r', 'an intruder', 60)")
+    wait_until(lambda: first.proc.poll() is not None, what="the displaced runner to stop")
+    assert first.proc.returncode == 1, first.output()
+    assert "no longer owns it" in first.output()
+
+
+def test_the_runner_endpoints_serve_runner_tokens_and_runner_statements_only(
+    fleet_dsn: str, gateway: str, tmp_path: Path
+) -> None:
+    submitter = _token(fleet_dsn, tmp_path, "submitter", "ci").read_text().strip()
+    runner = _token(fleet_dsn, tmp_path, "runner", "node-a/r").read_text().strip()
+    with httpx.Client(base_url=gateway, timeout=10) as client:
+
+        def call(secret: str, name: str, *args: object) -> httpx.Response:
+            return client.post(
+                "/v1/runner/calls",
+                json={"name": name, "args": list(args)},
+                headers={"Authorization": f"Bearer {secret}"},
+            )
+
+        refused = call(submitter, "runners_lease_seconds")
+        assert refused.status_code == 403, refused.text
+        assert "not a runner's" in refused.json()["error"]["message"]
+        assert call(runner, "runners_lease_seconds").status_code == 200
+        # a statement the gateway may run, but no runner makes: not served
+        listed = call(runner, "runners_list")
+        assert listed.status_code == 400 and "not a statement a runner makes" in listed.text
+        # a malformed argument is bad input, not a crash
+        bad = call(runner, "lease_job_states", "node-a/r", {"$t": "yesterday"})
+        assert bad.status_code == 400, bad.text
+        wrong = call(runner, "lease_job_states", "node-a/r", "not an array")
+        assert wrong.status_code == 400, wrong.text
+        woken = client.get(
+            "/v1/runner/wake",
+            params={"wait_s": 0},
+            headers={"Authorization": f"Bearer {submitter}"},
+        )
+        assert woken.status_code == 403
+
+
+def test_a_notice_reaches_a_runner_by_long_poll_and_a_gap_is_said(
+    fleet_dsn: str, gateway: str, tmp_path: Path
+) -> None:
+    secret = _token(fleet_dsn, tmp_path, "runner", "node-a/r").read_text().strip()
+    headers = {"Authorization": f"Bearer {secret}"}
+    with (
+        httpx.Client(base_url=gateway, timeout=15, headers=headers) as client,
+        connect(fleet_dsn, autocommit=True) as conn,
+    ):
+
+        def wake(after: str | None, wait_s: float) -> dict[str, Any]:
+            params: dict[str, Any] = {"wait_s": wait_s, **({"after": after} if after else {})}
+            answer = client.get("/v1/runner/wake", params=params)
+            assert answer.status_code == 200, answer.text
+            return dict(answer.json())
+
+        first = wake(None, 0)
+        assert first["gap"] and not first["notices"]  # no cursor: look at everything once
+        # a cursor of another API process (behind the same load balancer): its numbers
+        # mean nothing here, so all may have been missed
+        assert wake("another-process:" + first["next"].partition(":")[2], 0)["gap"]
+        cursor, heard = first["next"], list[dict[str, str]]()
+        deadline = time.monotonic() + 30
+        while not heard and time.monotonic() < deadline:
+            conn.execute(b"SELECT pg_notify('fleetq_control', 'job:77')")
+            answer = wake(cursor, 5)
+            cursor = answer["next"]
+            if not answer["gap"]:  # a gap: the gateway's LISTEN came up after the cursor
+                heard = answer["notices"]
+        assert {"channel": "fleetq_control", "payload": "job:77"} in heard
+        assert wake(cursor, 0) == {"next": cursor, "notices": [], "gap": False}
+
+
+def test_a_runner_reaches_an_api_serving_https_with_its_own_certificate(
+    fleet_dsn: str, repo: Repo, gateway_login: str, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    """`fleetq api --tls-cert --tls-key`, and a runner that trusts that certificate's CA
+    (`--api-ca`): the only thing of the queue's on the runner's node is a URL, a token and
+    a CA file."""
+    cert = Certificate(tmp_path / "api.crt", tmp_path / "api.key", workdir=tmp_path, as_root=False)
+    cert.ensure("127.0.0.1")
+    token = _token(fleet_dsn, tmp_path, "runner", "node-a/r")
+    tls = ("--tls-cert", str(cert.file), "--tls-key", str(cert.key_file))
+    with serving(gateway_login, *tls, verify=str(cert.file)) as base:
+        assert base.startswith("https://")
+        plain = start_runner(
+            via=("--api", base, "--token-file", str(token)),
+            extra=("--work-dir", str(tmp_path / "untrusting")),
+            expect_exit=True,
+        )
+        assert "is not trusted (self-signed certificate)" in plain.output(), plain.output()
+        assert plain.proc.returncode == 1 and "--api-ca" in plain.output()
+        runner = start_runner(
+            via=("--api", base, "--token-file", str(token), "--api-ca", str(cert.file))
+        )
+        with connect(fleet_dsn, autocommit=True) as conn:
+            passed = _submit(conn, "check", repo.old)
+            wait_until(
+                lambda: job_state(conn, passed) == "succeeded",
+                what="the check to pass over HTTPS",
+                show=runner.output,
+            )
