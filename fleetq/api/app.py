@@ -97,7 +97,7 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
             await notices.close()
             await gateway.close()
 
-    notices = Notices(gateway.dsn)
+    notices = Notices(gateway.session_dsn)
 
     app = FastAPI(
         title="fleetq",

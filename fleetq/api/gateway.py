@@ -10,6 +10,7 @@ cancels only its own jobs over HTTP exactly as a submitter login does.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -39,9 +40,22 @@ ACQUIRE_TIMEOUT_S = 10.0
 class Gateway:
     """A connection pool whose connections act only for a presented token."""
 
-    def __init__(self, dsn: str, *, pool_size: int = 10) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_size: int = 10,
+        pgbouncer: bool = False,
+        session_dsn: str | None = None,
+    ) -> None:
         self.dsn = dsn
         self.pool_size = pool_size
+        # through PgBouncer in transaction mode: no prepared statement outlives its
+        # transaction (each request is one), so asyncpg keeps none (statement cache off)
+        self.pgbouncer = pgbouncer
+        # what needs a session of its own (the one LISTEN connection of `notices`): PgBouncer
+        # in transaction mode cannot carry LISTEN, so it goes straight to PostgreSQL
+        self.session_dsn = session_dsn or dsn
         self._pool: asyncpg.Pool | None = None
 
     async def open(self) -> None:
@@ -50,12 +64,13 @@ class Gateway:
         with mapped_errors():
             self._pool = await asyncpg.create_pool(
                 as_uri(self.dsn),
-                connect=connect_each_host,
+                connect=functools.partial(connect_each_host, read_committed=not self.pgbouncer),
                 min_size=0,
                 max_size=self.pool_size,
                 init=prepare_asyncpg,
                 setup=server_guard(self.dsn),
                 server_settings={"application_name": "fleetq-api"},
+                statement_cache_size=0 if self.pgbouncer else 100,
             )
         await migrate.require_current_async(AsyncpgDriver(self._pool))
 
@@ -78,7 +93,8 @@ class Gateway:
         with mapped_errors():
             async with (
                 self.pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn,
-                conn.transaction(),
+                # asked here, not at connect: PgBouncer forwards no startup setting
+                conn.transaction(isolation="read_committed"),
             ):
                 driver = AsyncpgDriver(conn)
                 rows = await driver.fetch(queries.sql("tokens_act_for"), token)

@@ -56,6 +56,18 @@ def register(commands: Commands) -> None:
         help="database connections at most (default 10)",
     )
     p.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="--dsn names PgBouncer in transaction mode: keep no prepared statements "
+        "between requests (needs --session-dsn)",
+    )
+    p.add_argument(
+        "--session-dsn",
+        metavar="DSN",
+        help="a DSN straight to PostgreSQL for the one LISTEN connection that wakes runners "
+        "(default: --dsn; PgBouncer in transaction mode cannot carry LISTEN)",
+    )
+    p.add_argument(
         "--tls-cert",
         type=Path,
         metavar="PEM",
@@ -107,13 +119,21 @@ def _serve(args: argparse.Namespace) -> int:
     for pem in (args.tls_cert, args.tls_key):
         if pem is not None and not pem.is_file():
             raise InvalidInput(f"{pem}: no such file")
+    if args.pgbouncer and not args.session_dsn:
+        raise InvalidInput(
+            "--pgbouncer needs --session-dsn: the LISTEN connection that wakes runners "
+            "needs a session of its own, which PgBouncer in transaction mode does not keep"
+        )
     dsn = resolve_dsn(args.dsn)
     with connect(dsn) as conn:  # a wrong database is refused now, with the fix named
         migrate.require_current(conn)
     sock = listening_socket(host, port, args.listen)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
-    app = create_app(Gateway(dsn, pool_size=args.pool_size), max_body=args.max_body)
+    gateway = Gateway(
+        dsn, pool_size=args.pool_size, pgbouncer=args.pgbouncer, session_dsn=args.session_dsn
+    )
+    app = create_app(gateway, max_body=args.max_body)
     # the API's access log (fleetq/api/access.py) is at INFO: shown without -v too, and
     # it is the only one (uvicorn's would repeat each line, without the identity)
     # (runners' calls that went well at DEBUG: shown with -v)

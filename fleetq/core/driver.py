@@ -113,17 +113,23 @@ def _primary_message(exc: BaseException) -> str:
     return str(primary or exc)
 
 
-async def connect_each_host(dsn: str | None = None, **kwargs: Any) -> asyncpg.Connection:
+async def connect_each_host(
+    dsn: str | None = None, *, read_committed: bool = True, **kwargs: Any
+) -> asyncpg.Connection:
     """`asyncpg.connect`, trying the DSN's hosts one at a time, each with the whole
     `timeout` (a pool takes it as `connect=`).
 
     Why: asyncpg spends one timeout on its whole host list, and leaves a host for the
     next only when it refuses at once. A primary whose machine froze (no reply, no
     refusal) held every connection attempt until the timeout, and the standby listed
-    after it was never tried. libpq gives each host a timeout of its own; so does this."""
+    after it was never tried. libpq gives each host a timeout of its own; so does this.
+
+    `read_committed=False`: no isolation level asked at start-up, for PgBouncer, which
+    forwards no such parameter (the API then asks for it in each transaction)."""
     assert dsn is not None
     named = dsn_settings(dsn)
-    settings = {k: v for k, v in READ_COMMITTED.items() if k not in named}
+    asked = READ_COMMITTED if read_committed else {}
+    settings = {k: v for k, v in asked.items() if k not in named}
     kwargs["server_settings"] = {**settings, **(kwargs.get("server_settings") or {})}
     last: Exception | None = None
     for one in each_host(as_uri(dsn)):

@@ -34,6 +34,7 @@ log = logging.getLogger("fleetq.runner.service")
 
 WAKE_WAIT_S = 25.0  # the gateway's longest; a reply this long is not a lost connection
 _MARGIN_S = 5.0  # what a request may take beyond its statement's own timeout
+KEEPALIVE_S = 2.0  # under `fleetq api`'s keep-alive timeout (and any load balancer's)
 
 # the API's error types (snake case of the class names) a runner acts on
 _BY_TYPE: dict[str, type[errors.FleetqError]] = {
@@ -81,8 +82,12 @@ class ApiDriver:
                 "User-Agent": f"fleetq-runner/{__version__}",
             },
             verify=ssl.create_default_context(cafile=ca_file) if ca_file is not None else True,
-            # connections to one gateway: a pool's worth, as a direct runner has
-            limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
+            # connections to one gateway: a pool's worth, as a direct runner has. An idle
+            # one is dropped before the API's keep-alive timeout (5 s) ends it: a request
+            # sent on a connection the server was closing failed with ReadError
+            limits=httpx.Limits(
+                max_connections=32, max_keepalive_connections=8, keepalive_expiry=KEEPALIVE_S
+            ),
         )
 
     async def fetch(

@@ -11,6 +11,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,12 @@ import pytest
 from fleetq.core import roles, tokens
 from fleetq.core.db import connect
 from fleetq.core.embeddedtls import Certificate
+from tests import pgbouncer
 from tests.e2e.conftest import Repo, StartRunner, job_state, wait_until
 from tests.e2e.test_runner import _submit
 from tests.integration.conftest import login_dsn
 from tests.integration.test_api import serving
+from tests.pgbouncer import PgBouncer
 
 pytestmark = pytest.mark.slow
 
@@ -233,3 +236,76 @@ def test_a_runner_reaches_an_api_serving_https_with_its_own_certificate(
                 what="the check to pass over HTTPS",
                 show=runner.output,
             )
+
+
+def test_the_api_pools_through_pgbouncer_in_transaction_mode(
+    fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    """`fleetq api --pgbouncer`: its pool through PgBouncer in transaction mode (no
+    prepared statement outlives a request's transaction), its LISTEN connection straight
+    to PostgreSQL (`--session-dsn`); runners through it run checks and hear cancels, on
+    at most PgBouncer's pool of server connections."""
+    pgbouncer.require()
+    bouncer = PgBouncer(fleet_dsn, pool_size=2)
+    bouncer.start()
+    try:
+        via_bouncer = ("--pgbouncer", "--session-dsn", fleet_dsn, "--pool-size", "20")
+        with serving(bouncer.dsn, *via_bouncer) as base:
+            for name in ("r", "s"):
+                token = _token(fleet_dsn, tmp_path, "runner", f"node-a/{name}")
+                start_runner(
+                    "node-a",
+                    name,
+                    via=("--api", base, "--token-file", str(token)),
+                    extra=("--work-dir", str(tmp_path / name)),
+                )
+            # many requests at once, several statements: each lands on whichever server
+            # connection PgBouncer lends its transaction, where no statement of another's
+            # is prepared (with asyncpg's statement cache on, these fail)
+            secret = _token(fleet_dsn, tmp_path, "runner", "node-a/t").read_text().strip()
+            calls = ["runners_lease_seconds", "lease_operations", "views_now"] * 20
+            with (
+                httpx.Client(base_url=base, timeout=30) as client,
+                ThreadPoolExecutor(max_workers=12) as pool,
+            ):
+                answers = list(
+                    pool.map(
+                        lambda name: (
+                            client.post(
+                                "/v1/runner/calls",
+                                json={"name": name},
+                                headers={"Authorization": f"Bearer {secret}"},
+                            ).status_code
+                        ),
+                        calls,
+                    )
+                )
+            assert answers == [200] * len(calls), answers
+            with connect(fleet_dsn, autocommit=True) as conn:
+                checks = [_submit(conn, "check", repo.old) for _ in range(6)]
+                wait_until(
+                    lambda: all(job_state(conn, job) == "succeeded" for job in checks),
+                    what="the checks to pass through PgBouncer",
+                )
+                sleeper = _submit(conn, "sleep", repo.head)
+                wait_until(lambda: job_state(conn, sleeper) == "running", what="a sleeper")
+                conn.execute(b"SELECT * FROM fleetq.cancel($1, 'ops', 'test')", [sleeper])
+                wait_until(
+                    lambda: (
+                        job_state(conn, sleeper) == "cancelled"
+                        and conn.execute(
+                            b"SELECT stop_confirmed FROM fleetq.executions WHERE job_id = $1",
+                            [sleeper],
+                        ).fetchone()
+                        == (True,)
+                    ),
+                    what="the cancel heard and the stop confirmed",
+                )
+                (api_sessions,) = conn.execute(
+                    b"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    b"AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+                    b"AND application_name <> 'fleetq-api-listen'"
+                ).fetchone() or (0,)
+                assert api_sessions <= 2, api_sessions  # PgBouncer's pool, not the API's 20
+    finally:
+        bouncer.close()

@@ -39,6 +39,7 @@ from fleetq.core.embedded import EmbeddedServer
 from fleetq.core.errors import FleetqError
 from tests.e2e.conftest import ROOT, _git, wait_until
 from tests.faults.proxy import FaultProxy
+from tests.pgbouncer import PgBouncer
 
 LEASE_S = 4
 CAP = 5
@@ -117,10 +118,14 @@ class ApiGateway:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    bouncer: PgBouncer | None = None  # its pool goes through PgBouncer, transaction mode
 
     def start(self) -> None:
-        argv = [sys.executable, "-m", "fleetq", "--dsn", self.dsn, "api"]
+        dsn = self.bouncer.dsn if self.bouncer is not None else self.dsn
+        argv = [sys.executable, "-m", "fleetq", "--dsn", dsn, "api"]
         argv += ["--listen", f"127.0.0.1:{self.port}", "--max-connections", "1000"]
+        if self.bouncer is not None:
+            argv += ["--pgbouncer", "--session-dsn", self.dsn]
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         self.starts += 1
@@ -328,11 +333,13 @@ def fault_fleet(
     mark_jobs: int = MARK_JOBS,
     effect_jobs: int = EFFECT_JOBS,
     through_api: bool = False,
+    pgbouncer: bool = False,
 ) -> Iterator[FaultFleet]:
     """A migrated database with the fleet applied and `runners` serving runners; command
     jobs run `work_s` seconds. `through_api`: the runners are served through `fleetq
     api` (each proxy stands between its runner and the API), with command jobs only
-    (a handler's `ctx.transaction()` needs a DSN)."""
+    (a handler's `ctx.transaction()` needs a DSN); `pgbouncer`: the API's pool goes
+    through PgBouncer in transaction mode."""
     dsn = server.status().dsn
     assert dsn is not None
     repo = tmp / "repo"
@@ -367,10 +374,17 @@ def fault_fleet(
     )
     target = dsn
     if through_api:
-        fleet.gateway = ApiGateway(dsn=dsn, port=_free_port(), log=tmp / "api.log")
+        fleet.gateway = ApiGateway(
+            dsn=dsn,
+            port=_free_port(),
+            log=tmp / "api.log",
+            bouncer=PgBouncer(dsn, pool_size=4) if pgbouncer else None,
+        )
         target = f"postgresql://api@127.0.0.1:{fleet.gateway.port}/api"  # what a proxy reaches
     try:
         if fleet.gateway is not None:
+            if fleet.gateway.bouncer is not None:
+                fleet.gateway.bouncer.start()
             fleet.gateway.start()
         for i in range(runners):
             node = f"node-{i}"
@@ -387,6 +401,8 @@ def fault_fleet(
         fleet.stop_all()
         if fleet.gateway is not None:
             fleet.gateway.stop()
+            if fleet.gateway.bouncer is not None:
+                fleet.gateway.bouncer.close()
         for proxy in [*(r.proxy for r in fleet.runners), *fleet.extra_proxies]:
             proxy.close()
 

@@ -1,7 +1,8 @@
 """The fault suite (issue 12): 60 jobs through three real runners under each fault, and
 the same invariants after every one (`scenarios.check`); two of them with the runners
 served through `fleetq api` (issue 46: 40 command jobs, the API killed, partitioned from
-a runner, lossy, and its database restarted). Each run writes its figures as
+a runner, lossy, and its database restarted; PgBouncer between the API and the database
+restarted). Each run writes its figures as
 JSON to `$FLEETQ_FAULTS_OUT` (default: the test's temporary directory); docs/reliability.md
 has the table and how to rerun it.
 
@@ -26,6 +27,7 @@ import pytest
 
 from fleetq.core.db import connect
 from fleetq.core.embedded import EmbeddedServer
+from tests import pgbouncer
 from tests.conftest import FAST, make_home
 from tests.e2e.conftest import wait_until
 from tests.faults.proxy import FaultProxy
@@ -54,6 +56,7 @@ class Scenario:
     # the runners are served through `fleetq api` (issue 46): each proxy stands between a
     # runner and the API, which reaches PostgreSQL directly
     through_api: bool = False
+    pgbouncer: bool = False  # and the API's pool through PgBouncer in transaction mode
 
 
 def _after(n: int) -> Fault:
@@ -196,6 +199,20 @@ def _api_combined(fleet: FaultFleet) -> None:
     fleet.server.ensure_running()
 
 
+def _restart_pgbouncer(fleet: FaultFleet) -> None:
+    """PgBouncer between the API and PostgreSQL stopped (every connection cut) and
+    started again, twice, while jobs flow."""
+    assert fleet.gateway is not None and fleet.gateway.bouncer is not None
+    bouncer = fleet.gateway.bouncer
+    for done in (8, 25):
+        _after(done)(fleet)
+        bouncer.restart()
+        # the evidence: the API connected again, to the PgBouncer started anew (whether a
+        # call met a cut connection first, answered 503, or the pool had dropped it, is
+        # the timing's)
+        wait_until(lambda: bouncer.logins_since_start() > 0, what="the API to log in again")
+
+
 def _lossy_producer(fleet: FaultFleet) -> FaultProxy:
     proxy = FaultProxy(fleet.dsn)
     proxy.degrade(latency_s=0.01, drop=0.05, lose_replies=0.05)
@@ -219,6 +236,7 @@ SCENARIOS = [
     Scenario("submits through a lossy network", _none, submit_through=_lossy_producer),
     Scenario("API killed mid-stream", _kill_the_api, through_api=True),
     Scenario("through the API: combined", _api_combined, through_api=True),
+    Scenario("PgBouncer restarted", _restart_pgbouncer, through_api=True, pgbouncer=True),
 ]
 
 
@@ -250,7 +268,11 @@ def fresh(server: EmbeddedServer) -> EmbeddedServer:
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_scenario(scenario: Scenario, fresh: EmbeddedServer, tmp_path: Path) -> None:
-    with fault_fleet(fresh, tmp_path, through_api=scenario.through_api) as fleet:
+    if scenario.pgbouncer:
+        pgbouncer.require()
+    with fault_fleet(
+        fresh, tmp_path, through_api=scenario.through_api, pgbouncer=scenario.pgbouncer
+    ) as fleet:
         errors: list[BaseException] = []
 
         def inject() -> None:
