@@ -21,6 +21,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fleetq.api.limits import RUNNER_PATHS
 from fleetq.core.text import escape
 
 
@@ -41,9 +42,6 @@ def identify(kind: str, identity: str | None) -> None:
     request = _serving.get()
     if request is not None:
         request.identity = escape(f"{kind}:{identity}" if identity else kind)
-
-
-RUNNER_PATHS = "/v1/runner/"
 
 
 class AccessLog:

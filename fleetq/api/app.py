@@ -35,7 +35,7 @@ from fleetq import __version__
 from fleetq.api import access
 from fleetq.api.answers import errors as _errors
 from fleetq.api.gateway import Gateway, job_path, savepoint
-from fleetq.api.limits import BodyLimit
+from fleetq.api.limits import RUNNER_MAX_BYTES, BodyLimit
 from fleetq.api.models import (
     COMMIT_PATTERN,
     Caller,
@@ -84,7 +84,9 @@ CommitPath = Annotated[
 ]
 
 
-def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
+def create_app(
+    gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY, max_runner_body: int = RUNNER_MAX_BYTES
+) -> FastAPI:
     """The application over `gateway`, which it opens at start and closes at the end."""
 
     @contextlib.asynccontextmanager
@@ -107,7 +109,7 @@ def create_app(gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY) -> FastAPI
         docs_url=None,  # Swagger UI and ReDoc come from a CDN: see the module's docstring
         redoc_url=None,
     )
-    app.add_middleware(BodyLimit, max_bytes=max_body)
+    app.add_middleware(BodyLimit, max_bytes=max_body, runner_max_bytes=max_runner_body)
     app.add_middleware(access.AccessLog, logger=log)  # added last: outside the body limit
     app.openapi = _documented(app)  # type: ignore[method-assign]
     _handle_errors(app)

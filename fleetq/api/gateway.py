@@ -9,8 +9,12 @@ cancels only its own jobs over HTTP exactly as a submitter login does.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import logging
+import os
+import signal
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -28,13 +32,15 @@ from fleetq.core.driver import (
     prepare_asyncpg,
     server_guard,
 )
-from fleetq.core.errors import NotAuthenticated
+from fleetq.core.errors import ConnectionFailed, DatabaseBusy, FleetqError, NotAuthenticated
 from fleetq.core.models import JobId
 
 _bearer = HTTPBearer(auto_error=False, description="a token from `fleetq tokens add`")
 Token = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 ACQUIRE_TIMEOUT_S = 10.0
+
+log = logging.getLogger("fleetq.api")
 
 
 class Gateway:
@@ -57,6 +63,7 @@ class Gateway:
         # in transaction mode cannot carry LISTEN, so it goes straight to PostgreSQL
         self.session_dsn = session_dsn or dsn
         self._pool: asyncpg.Pool | None = None
+        self._waiting: asyncio.Task[None] | None = None  # the schema check, deferred
 
     async def open(self) -> None:
         """Open the pool and refuse a schema that is not this code's (as every fleetq
@@ -72,9 +79,35 @@ class Gateway:
                 server_settings={"application_name": "fleetq-api"},
                 statement_cache_size=0 if self.pgbouncer else 100,
             )
-        await migrate.require_current_async(AsyncpgDriver(self._pool))
+        try:
+            await migrate.require_current_async(AsyncpgDriver(self._pool))
+        except (ConnectionFailed, DatabaseBusy) as exc:
+            # a service started before its database answers (or while it restarts):
+            # every call answers 503 meanwhile, and the schema is checked once it answers
+            log.warning("the database is out of reach (%s); answering 503 until it is back", exc)
+            self._waiting = asyncio.create_task(self._check_when_back(), name="schema check")
+
+    async def _check_when_back(self) -> None:
+        """Check the schema once the database answers; a schema that is not this code's
+        stops the API, as it would have at start."""
+        backoff = 0.5
+        while True:
+            await asyncio.sleep(backoff)
+            try:
+                await migrate.require_current_async(AsyncpgDriver(self.pool))
+            except (ConnectionFailed, DatabaseBusy):
+                backoff = min(5.0, backoff * 2)
+                continue
+            except FleetqError as exc:
+                log.critical("%s; stopping", exc)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            log.info("the database answers again")
+            return
 
     async def close(self) -> None:
+        if self._waiting is not None:
+            self._waiting.cancel()
         if self._pool is not None:
             await AsyncpgDriver(self._pool).close()
 

@@ -1,6 +1,12 @@
 """Request size limits, as pure ASGI: a body over the limit is refused with 413 before
 the application reads it (by its Content-Length), or as soon as a streamed body passes
-the limit, so no request can make the server buffer more than `max_bytes`."""
+the limit, so no request can make the server buffer more than `max_bytes`.
+
+A runner's calls (`/v1/runner/`) have a limit of their own, `RUNNER_MAX_BYTES`: its
+outcome writer sends up to 256 outcomes in one statement, each with a log tail of up to
+4 KiB, which JSON may write six bytes a byte (`\u0001`): 6.3 MiB. At the producers'
+limit (256 KiB) such a batch was refused again at every retry, and its jobs' leases ran
+out."""
 
 from __future__ import annotations
 
@@ -19,18 +25,27 @@ class _TooLarge(HTTPException):
         super().__init__(413, f"the request body is over the limit of {max_bytes} bytes")
 
 
+RUNNER_PATHS = "/v1/runner/"
+RUNNER_MAX_BYTES = 16 * 1024 * 1024
+
+
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, runner_max_bytes: int = RUNNER_MAX_BYTES
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.runner_max_bytes = runner_max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        runner = str(scope.get("path", "")).startswith(RUNNER_PATHS)
+        limit = self.runner_max_bytes if runner else self.max_bytes
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            await self._refuse(send)
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await self._refuse(send, limit)
             return
         received = 0
         started = False
@@ -40,8 +55,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _TooLarge(self.max_bytes)
+                if received > limit:
+                    raise _TooLarge(limit)
             return message
 
         async def watching(message: Message) -> None:
@@ -53,14 +68,14 @@ class BodyLimit:
             await self.app(scope, limited, watching)
         except _TooLarge:
             if not started:
-                await self._refuse(send)
+                await self._refuse(send, limit)
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, send: Send, limit: int) -> None:
         body = json.dumps(
             {
                 "error": {
                     "type": "request_too_large",
-                    "message": f"the request body is over the limit of {self.max_bytes} bytes",
+                    "message": f"the request body is over the limit of {limit} bytes",
                 }
             }
         ).encode()

@@ -9,7 +9,7 @@ from pathlib import Path
 from fleetq.cli.common import Commands, positive_arg
 from fleetq.core import extras, migrate
 from fleetq.core.db import connect, resolve_dsn
-from fleetq.core.errors import InvalidInput
+from fleetq.core.errors import ConnectionFailed, DatabaseBusy, InvalidInput
 
 
 def register(commands: Commands) -> None:
@@ -40,6 +40,14 @@ def register(commands: Commands) -> None:
         default=256 * 1024,
         metavar="BYTES",
         help="refuse request bodies over this size with 413 (default 262144)",
+    )
+    p.add_argument(
+        "--max-runner-body",
+        type=positive_arg,
+        default=16 * 1024 * 1024,
+        metavar="BYTES",
+        help="the same for a runner's calls (default 16777216: a batch of 256 outcomes "
+        "with their log tails)",
     )
     p.add_argument(
         "--max-connections",
@@ -125,15 +133,20 @@ def _serve(args: argparse.Namespace) -> int:
             "needs a session of its own, which PgBouncer in transaction mode does not keep"
         )
     dsn = resolve_dsn(args.dsn)
-    with connect(dsn) as conn:  # a wrong database is refused now, with the fix named
-        migrate.require_current(conn)
+    try:
+        with connect(dsn) as conn:  # a wrong database is refused now, with the fix named
+            migrate.require_current(conn)
+    except (ConnectionFailed, DatabaseBusy) as exc:
+        # a service may start before its database answers: 503 until it does (the
+        # schema is checked then, fleetq/api/gateway.py)
+        print(f"fleetq api: the database is out of reach ({exc}); serving 503 until it answers")
     sock = listening_socket(host, port, args.listen)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     gateway = Gateway(
         dsn, pool_size=args.pool_size, pgbouncer=args.pgbouncer, session_dsn=args.session_dsn
     )
-    app = create_app(gateway, max_body=args.max_body)
+    app = create_app(gateway, max_body=args.max_body, max_runner_body=args.max_runner_body)
     # the API's access log (fleetq/api/access.py) is at INFO: shown without -v too, and
     # it is the only one (uvicorn's would repeat each line, without the identity)
     # (runners' calls that went well at DEBUG: shown with -v)

@@ -31,6 +31,9 @@ from fleetq.core.driver import DEFAULT_TIMEOUT_S
 from fleetq.core.runnercalls import RUNNER_CALLS
 
 log = logging.getLogger("fleetq.runner.service")
+# httpx says every request at INFO: a runner makes several a second, and its log is for
+# what happened to jobs (a failed call is said by whoever made it)
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 WAKE_WAIT_S = 25.0  # the gateway's longest; a reply this long is not a lost connection
 _MARGIN_S = 5.0  # what a request may take beyond its statement's own timeout

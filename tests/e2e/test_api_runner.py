@@ -18,11 +18,14 @@ from typing import Any
 import httpx
 import pytest
 
-from fleetq.core import roles, tokens
-from fleetq.core.db import connect
+from fleetq.core import leasing, roles, tokens
+from fleetq.core.db import SyncConnection, connect
 from fleetq.core.embeddedtls import Certificate
+from fleetq.core.models import FencingToken, JobId, Outcome, OutcomeReport, RunnerId
+from fleetq.runner.remote import ApiDriver
+from fleetq.runner.reporter import MAX_BATCH
 from tests import pgbouncer
-from tests.e2e.conftest import Repo, StartRunner, job_state, wait_until
+from tests.e2e.conftest import Repo, RunnerProcess, StartRunner, job_state, wait_until
 from tests.e2e.test_runner import _submit
 from tests.integration.conftest import login_dsn
 from tests.integration.test_api import serving
@@ -70,42 +73,63 @@ def _token(fleet_dsn: str, tmp_path: Path, kind: str, subject: str) -> Path:
     return path
 
 
-def test_a_runner_with_only_a_url_and_a_token_runs_checks(
-    fleet_dsn: str, repo: Repo, gateway: str, start_runner: StartRunner, tmp_path: Path
+def test_a_runner_with_only_a_url_a_token_and_a_ca_runs_checks(
+    fleet_dsn: str, repo: Repo, gateway_login: str, start_runner: StartRunner, tmp_path: Path
 ) -> None:
+    """`fleetq api --tls-cert --tls-key` on a certificate of its own, and a runner that
+    trusts its CA (`--api-ca`): the only things of the queue's on the runner's node are a
+    URL, a token and a CA file. One that does not trust it stops at start, saying so."""
+    cert = Certificate(tmp_path / "api.crt", tmp_path / "api.key", workdir=tmp_path, as_root=False)
+    cert.ensure("127.0.0.1")
     token = _token(fleet_dsn, tmp_path, "runner", "node-a/r")
-    env = {"FLEETQ_DSN": "", "PGPASSFILE": os.devnull}  # nothing of the database on this node
-    runner = start_runner(via=("--api", gateway, "--token-file", str(token)), env=env)
-    with connect(fleet_dsn, autocommit=True) as conn:
-        passed = _submit(conn, "check", repo.old)
-        failed = _submit(conn, "check", repo.head)
-        wait_until(
-            lambda: job_state(conn, passed) == "succeeded",
-            what="the check to pass",
-            show=runner.output,
-        )
-        wait_until(lambda: job_state(conn, failed) == "failed", what="the check to fail")
-        result = conn.execute(
-            b"SELECT verdict, commit_sha FROM fleetq.results WHERE job_id = $1", [passed]
-        ).fetchone()
-        assert result == ("passed", repo.old)
-        # a cancel reaches the runner as a notice the gateway heard and passed on
-        sleeper = _submit(conn, "sleep", repo.head)
-        wait_until(lambda: job_state(conn, sleeper) == "running", what="the sleeper to run")
-        conn.execute(b"SELECT * FROM fleetq.cancel($1, 'ops', 'test')", [sleeper])
-        wait_until(
-            lambda: f"stop confirmed job={sleeper}" in runner.output(),
-            what="the runner to confirm the stop",
-            show=runner.output,
-        )
-        # a handler that needs a database session says so, and nothing else is harmed
-        effect = _submit(conn, "exactly_once", repo.head)
-        wait_until(lambda: job_state(conn, effect) == "failed", what="the handler job to end")
-        said = conn.execute(
-            b"SELECT reason, log_tail FROM fleetq.results WHERE job_id = $1", [effect]
-        ).fetchone()
-        assert "served through the API" in str(said), said
+    tls = ("--tls-cert", str(cert.file), "--tls-key", str(cert.key_file))
+    with (
+        serving(gateway_login, *tls, verify=str(cert.file)) as base,
+        connect(fleet_dsn, autocommit=True) as conn,
+    ):
+        assert base.startswith("https://")
+        via = ("--api", base, "--token-file", str(token))
+        elsewhere = ("--work-dir", str(tmp_path / "x"))
+        untrusting = start_runner(via=via, extra=elsewhere, expect_exit=True)
+        assert untrusting.proc.returncode == 1, untrusting.output()
+        assert "is not trusted (self-signed certificate)" in untrusting.output()
+        assert "--api-ca" in untrusting.output()
+        env = {"FLEETQ_DSN": "", "PGPASSFILE": os.devnull}  # nothing of the database here
+        runner = start_runner(via=(*via, "--api-ca", str(cert.file)), env=env)
+        _runs_checks(conn, repo, runner)
     assert runner.proc.poll() is None, runner.output()
+
+
+def _runs_checks(conn: SyncConnection, repo: Repo, runner: RunnerProcess) -> None:
+    """A passing and a failing check, a cancel heard, a handler that needs a session."""
+    passed = _submit(conn, "check", repo.old)
+    failed = _submit(conn, "check", repo.head)
+    wait_until(
+        lambda: job_state(conn, passed) == "succeeded",
+        what="the check to pass",
+        show=runner.output,
+    )
+    wait_until(lambda: job_state(conn, failed) == "failed", what="the check to fail")
+    result = conn.execute(
+        b"SELECT verdict, commit_sha FROM fleetq.results WHERE job_id = $1", [passed]
+    ).fetchone()
+    assert result == ("passed", repo.old)
+    # a cancel reaches the runner as a notice the gateway heard and passed on
+    sleeper = _submit(conn, "sleep", repo.head)
+    wait_until(lambda: job_state(conn, sleeper) == "running", what="the sleeper to run")
+    conn.execute(b"SELECT * FROM fleetq.cancel($1, 'ops', 'test')", [sleeper])
+    wait_until(
+        lambda: f"stop confirmed job={sleeper}" in runner.output(),
+        what="the runner to confirm the stop",
+        show=runner.output,
+    )
+    # a handler that needs a database session says so, and nothing else is harmed
+    effect = _submit(conn, "exactly_once", repo.head)
+    wait_until(lambda: job_state(conn, effect) == "failed", what="the handler job to end")
+    said = conn.execute(
+        b"SELECT reason, log_tail FROM fleetq.results WHERE job_id = $1", [effect]
+    ).fetchone()
+    assert "served through the API" in str(said), said
 
 
 def test_a_runner_token_acts_as_its_runner_only_and_in_one_process(
@@ -207,37 +231,6 @@ def test_a_notice_reaches_a_runner_by_long_poll_and_a_gap_is_said(
         assert wake(cursor, 0) == {"next": cursor, "notices": [], "gap": False}
 
 
-def test_a_runner_reaches_an_api_serving_https_with_its_own_certificate(
-    fleet_dsn: str, repo: Repo, gateway_login: str, start_runner: StartRunner, tmp_path: Path
-) -> None:
-    """`fleetq api --tls-cert --tls-key`, and a runner that trusts that certificate's CA
-    (`--api-ca`): the only thing of the queue's on the runner's node is a URL, a token and
-    a CA file."""
-    cert = Certificate(tmp_path / "api.crt", tmp_path / "api.key", workdir=tmp_path, as_root=False)
-    cert.ensure("127.0.0.1")
-    token = _token(fleet_dsn, tmp_path, "runner", "node-a/r")
-    tls = ("--tls-cert", str(cert.file), "--tls-key", str(cert.key_file))
-    with serving(gateway_login, *tls, verify=str(cert.file)) as base:
-        assert base.startswith("https://")
-        plain = start_runner(
-            via=("--api", base, "--token-file", str(token)),
-            extra=("--work-dir", str(tmp_path / "untrusting")),
-            expect_exit=True,
-        )
-        assert "is not trusted (self-signed certificate)" in plain.output(), plain.output()
-        assert plain.proc.returncode == 1 and "--api-ca" in plain.output()
-        runner = start_runner(
-            via=("--api", base, "--token-file", str(token), "--api-ca", str(cert.file))
-        )
-        with connect(fleet_dsn, autocommit=True) as conn:
-            passed = _submit(conn, "check", repo.old)
-            wait_until(
-                lambda: job_state(conn, passed) == "succeeded",
-                what="the check to pass over HTTPS",
-                show=runner.output,
-            )
-
-
 def test_the_api_pools_through_pgbouncer_in_transaction_mode(
     fleet_dsn: str, repo: Repo, start_runner: StartRunner, tmp_path: Path
 ) -> None:
@@ -309,3 +302,34 @@ def test_the_api_pools_through_pgbouncer_in_transaction_mode(
                 assert api_sessions <= 2, api_sessions  # PgBouncer's pool, not the API's 20
     finally:
         bouncer.close()
+
+
+async def test_a_full_outcome_batch_passes_the_api(
+    fleet_dsn: str, gateway: str, tmp_path: Path
+) -> None:
+    """The runner's outcome writer sends up to 256 outcomes at once, each with a 4-KiB log
+    tail (JSON writes a control character as six bytes): such a batch passes, where the
+    producers' body limit (256 KiB) refused it at every retry. (Past the runners' own
+    limit a body is refused with 413: test_api's contract test.)"""
+    secret = _token(fleet_dsn, tmp_path, "runner", "node-a/r").read_text().strip()
+    driver = ApiDriver(gateway, secret)
+    try:
+        outcomes = [
+            OutcomeReport(
+                job_id=JobId(BIG_JOB - n),
+                lease_version=FencingToken(1),
+                outcome=Outcome.FAILED,
+                exit_code=1,
+                log_tail="\x01" * 4096,
+            )
+            for n in range(MAX_BATCH)
+        ]
+        answers = await leasing.complete_many(
+            driver, runner=RunnerId("node-a/r"), outcomes=outcomes
+        )
+        assert len(answers) == MAX_BATCH  # stale, each: no such lease, but answered
+    finally:
+        await driver.close()
+
+
+BIG_JOB = 2**62

@@ -44,7 +44,11 @@ Token = Callable[..., str]  # (kind, identity) -> a bearer token
 
 @contextlib.contextmanager
 def serving(
-    dsn: str, *extra: str, log: list[str] | None = None, verify: str | None = None
+    dsn: str,
+    *extra: str,
+    log: list[str] | None = None,
+    verify: str | None = None,
+    health: int = 200,
 ) -> Iterator[str]:
     """`fleetq api` on a free port; its base URL once it answers health (over HTTPS:
     checked against `verify`, a CA file). Its stderr is read all along (it logs each
@@ -76,6 +80,8 @@ def serving(
             first = lines.get(timeout=30)
         except queue.Empty:
             raise AssertionError("fleetq api printed no address within 30 s") from None
+        while "listening on" not in first:  # a line said before it (a warning)
+            first = lines.get(timeout=30)
         found = re.search(r"https?://\S+", first)
         assert found, first
         base = found.group(0)
@@ -83,7 +89,8 @@ def serving(
         def healthy() -> bool:
             with contextlib.suppress(httpx.HTTPError):
                 trust = ssl.create_default_context(cafile=verify) if verify else True
-                return httpx.get(f"{base}/v1/health", timeout=2, verify=trust).status_code == 200
+                answer = httpx.get(f"{base}/v1/health", timeout=2, verify=trust)
+                return answer.status_code == health
             return False
 
         wait_for(healthy, "the API answering health", deadline_s=30)
@@ -137,7 +144,9 @@ def gateway_dsn(
 def api(gateway_dsn: str) -> Iterator[httpx.Client]:
     """The API on a gateway login (the recommended deployment), with a small body limit."""
     with (
-        serving(gateway_dsn, "--max-body", str(MaxBody)) as base,
+        serving(
+            gateway_dsn, "--max-body", str(MaxBody), "--max-runner-body", str(2 * MaxBody)
+        ) as base,
         httpx.Client(base_url=base, timeout=10) as client,
     ):
         yield client
@@ -546,7 +555,7 @@ def test_every_documented_status_is_answered_and_every_answer_documented(
         ("POST", calls, calls, {"content": b"{", "headers": runner}),
         ("POST", calls, calls, {"json": call}),
         ("POST", calls, calls, {"json": call, "headers": ci}),
-        ("POST", calls, calls, {"json": {**call, "args": [big]}, "headers": runner}),
+        ("POST", calls, calls, {"json": {**call, "args": [big * 2]}, "headers": runner}),
         ("GET", wake, wake, {"params": {"wait_s": 0}, "headers": runner}),
         ("GET", wake, wake, {"params": {"wait_s": 99}, "headers": runner}),
         ("GET", wake, wake, {"params": {"wait_s": 0}}),
@@ -754,6 +763,37 @@ def test_the_api_answers_503_while_the_database_is_away_and_recovers(
 
         wait_for(healthy, "health after the outage", deadline_s=30)
         assert api.post("/v1/jobs", json=_job(), headers=ci).status_code == 201
+
+
+def test_the_api_started_while_the_database_is_away_serves_once_it_is_back(
+    api_db: str, token: Token
+) -> None:
+    """A service may start before its database answers (a reboot, or the database
+    restarting just then: the fault suite's API died at start-up that way, and its
+    runners waited on it for good): it says so, answers 503, and serves once the database
+    is back, its schema checked then."""
+    ci = _auth(token("submitter", "ci"))
+    log: list[str] = []
+    with fault_proxy(api_db) as proxy:
+        proxy.degrade(drop=1.0)
+        with (
+            serving(proxy.dsn, log=log, health=503) as base,
+            httpx.Client(base_url=base, timeout=30) as api,
+        ):
+            assert api.post("/v1/jobs", json=_job(), headers=ci).status_code == 503
+            proxy.degrade()
+
+            def healthy() -> bool:
+                return api.get("/v1/health").status_code == 200
+
+            wait_for(healthy, "health once the database is back", deadline_s=30)
+            assert api.post("/v1/jobs", json=_job(), headers=ci).status_code == 201
+            wait_for(
+                lambda: any("the database answers again" in line for line in log),
+                "the schema checked once the database is back",
+                deadline_s=30,
+            )
+    assert any("the database is out of reach" in line for line in log), log
 
 
 def test_what_review_found_is_refused_cleanly(api: httpx.Client, token: Token) -> None:
