@@ -51,6 +51,7 @@ from fleetq.api.runners import add_runner_routes
 from fleetq.core import eligibility, errors, producer, readers, validation
 from fleetq.core.driver import AsyncpgDriver
 from fleetq.core.models import CancelResult, Job, JobId, decision
+from fleetq.core.runnercalls import ERROR_HEADER
 
 log = logging.getLogger("fleetq.api")
 
@@ -337,6 +338,9 @@ def _handle_errors(app: FastAPI) -> None:
             # a database error fleetq did not expect: its text may quote what was sent
             log.error("request failed: %s", exc, exc_info=exc)
             return _error(500, "internal", "internal error (a bug in fleetq; the server logged it)")
+        # what a runner through the API may act on: an answer of fleetq's own, not a
+        # proxy's or a route's (fleetq/runner/remote.py)
+        headers[ERROR_HEADER] = _type_name(exc)
         return _error(status, _type_name(exc), str(exc), headers)
 
     @app.exception_handler(RequestValidationError)

@@ -29,6 +29,8 @@ log = logging.getLogger("fleetq.api")
 
 CHANNELS = ("fleetq_work", "fleetq_control")
 KEEP = 4096  # notices kept for runners between two polls
+MAX_ANSWER = 512  # notices in one answer; more say `gap` instead
+MAX_PAYLOAD = 300  # a lane's name and a runner id; longer is nobody's hint
 PING_S = 10.0
 RETRY_S = 1.0
 
@@ -63,7 +65,8 @@ class Notices:
         """The notices after `after`, waiting up to `timeout_s` for one."""
         self.start()
         epoch, _, number = (after or "").partition(":")
-        seen = int(number) if epoch == self.epoch and number.isdigit() else None
+        ok = epoch == self.epoch and number.isascii() and number.isdecimal() and len(number) < 19
+        seen = int(number) if ok else None
         if seen is None or seen > self.seq:
             return Wake(next=self.cursor(), notices=[], gap=True)
         with contextlib.suppress(TimeoutError):
@@ -74,9 +77,14 @@ class Notices:
             return Wake(next=self.cursor(), notices=[], gap=True)
         oldest = self.kept[0][0] if self.kept else self.seq + 1
         notices = [n for s, n in self.kept if s > seen]
+        if len(notices) > MAX_ANSWER:  # a flood: look at everything once instead
+            return Wake(next=self.cursor(), notices=[], gap=True)
         return Wake(next=self.cursor(), notices=notices, gap=seen + 1 < oldest)
 
     def _heard(self, _conn: object, _pid: int, channel: str, payload: object) -> None:
+        if len(str(payload)) > MAX_PAYLOAD:
+            return  # not one of fleetq's hints (`LANE RUNNER`, `job:N`, `config`): any
+            # login may NOTIFY, and every runner would be sent it
         self.seq += 1
         self.kept.append((self.seq, Notice(channel=channel, payload=str(payload))))
         self._tell()

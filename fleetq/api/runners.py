@@ -10,6 +10,8 @@ acts as itself only. `GET /v1/runner/wake` long-polls the process's notices
 from __future__ import annotations
 
 import contextlib
+import functools
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
@@ -24,6 +26,12 @@ from fleetq.core.driver import AsyncpgDriver
 from fleetq.core.runnercalls import RUNNER_CALLS
 
 WAKE_MAX_S = 25.0  # under the idle timeouts of common load balancers (60 s)
+
+
+class UnknownCall(errors.InvalidInput):
+    """A statement this API does not serve to runners: not a runner's, or a newer
+    runner's than this API (upgrade the API first)."""
+
 
 Acting = Callable[[Any], contextlib.AbstractAsyncContextManager[Any]]
 
@@ -57,9 +65,16 @@ def add_runner_routes(app: FastAPI, notices: Notices, acting: Acting) -> None:
     async def call(body: RunnerCall, credentials: Token) -> RunnerRows:
         """Run the named statement for the token's runner; its rows in the wire form."""
         if body.name not in RUNNER_CALLS:
-            raise errors.InvalidInput(f"{body.name!r} is not a statement a runner makes")
-        args = [wire.decode(a) for a in body.args]
+            raise UnknownCall(
+                f"{body.name!r} is not a statement a runner makes through this API "
+                "(a runner newer than the API? upgrade the API first)"
+            )
+        if len(body.args) != _parameters(body.name):
+            raise errors.InvalidInput(
+                f"{body.name} takes {_parameters(body.name)} argument(s), not {len(body.args)}"
+            )
         async with as_runner(credentials) as driver:
+            args = [wire.decode(a) for a in body.args]  # after the token is known
             try:
                 rows = await driver.fetch(queries.sql(body.name), *args, timeout=body.timeout_s)
             except (ValueError, TypeError) as exc:  # asyncpg: arguments of the wrong type
@@ -87,3 +102,9 @@ def add_runner_routes(app: FastAPI, notices: Notices, acting: Acting) -> None:
         async with as_runner(credentials):
             pass  # the token is checked, and the transaction ends before the wait
         return await notices.wait(after, wait_s)
+
+
+@functools.cache
+def _parameters(name: str) -> int:
+    """How many arguments the named block takes (its highest `$n`)."""
+    return max((int(n) for n in re.findall(r"\$(\d+)", queries.sql(name))), default=0)

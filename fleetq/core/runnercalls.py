@@ -15,6 +15,10 @@ while instead, `runners_hold_identity`); `lease_lock_for_handler` needs a handle
 
 from __future__ import annotations
 
+# set on an error answer of fleetq's own, naming its type: a runner acts on those only,
+# never on a proxy's or a route's answer (fleetq/runner/remote.py)
+ERROR_HEADER = "X-Fleetq-Error"
+
 RUNNER_CALLS = frozenset(
     {
         # start-up: the schema, the runner id (held, renewed), registration, timing,

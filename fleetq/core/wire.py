@@ -53,12 +53,17 @@ def encode(value: Any) -> Any:
     raise TypeError(f"no wire form for {type(value).__name__}")
 
 
-def decode(value: Any) -> Any:
+MAX_DEPTH = 8  # a runner's arguments are arrays of values at most
+
+
+def decode(value: Any, depth: int = 0) -> Any:
     """What `encode` made; `InvalidInput` for anything it cannot have made."""
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list):
-        return [decode(v) for v in value]
+        if depth >= MAX_DEPTH:
+            raise InvalidInput("a value nests deeper than the runner protocol's")
+        return [decode(v, depth + 1) for v in value]
     if isinstance(value, dict) and len(value) == 1:
         ((tag, inner),) = value.items()
         if tag == "$o" and isinstance(inner, dict):

@@ -28,7 +28,7 @@ import httpx
 from fleetq import __version__
 from fleetq.core import errors, queries, wire
 from fleetq.core.driver import DEFAULT_TIMEOUT_S
-from fleetq.core.runnercalls import RUNNER_CALLS
+from fleetq.core.runnercalls import ERROR_HEADER, RUNNER_CALLS
 
 log = logging.getLogger("fleetq.runner.service")
 # httpx says every request at INFO: a runner makes several a second, and its log is for
@@ -76,7 +76,14 @@ def read_token(path: Path) -> str:
 class ApiDriver:
     """The runner's statements, by name, through the API, as its token's runner."""
 
-    def __init__(self, url: str, token: str, *, ca_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        ca_file: Path | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,  # tests: answers of their own
+    ) -> None:
         self.url = url.rstrip("/")
         self._client = httpx.AsyncClient(
             base_url=self.url,
@@ -91,6 +98,7 @@ class ApiDriver:
             limits=httpx.Limits(
                 max_connections=32, max_keepalive_connections=8, keepalive_expiry=KEEPALIVE_S
             ),
+            transport=transport,
         )
 
     async def fetch(
@@ -102,7 +110,15 @@ class ApiDriver:
             raise RuntimeError(f"statement {name or '(not a named block)'} is not a runner call")
         body = {"name": name, "args": [wire.encode(a) for a in args], "timeout_s": timeout}
         answer = await self._send("POST", "/v1/runner/calls", timeout + _MARGIN_S, json=body)
-        return [{k: wire.decode(v) for k, v in row.items()} for row in answer["rows"]]
+        rows = answer.get("rows")
+        try:
+            assert isinstance(rows, list)
+            return [{str(k): wire.decode(v) for k, v in row.items()} for row in rows]
+        except (AssertionError, AttributeError, errors.InvalidInput):
+            # not the API's answer (a proxy's page, a mangled reply): sent again later
+            raise errors.ConnectionFailed(
+                f"the gateway {self.url} answered {name} with no rows"
+            ) from None
 
     async def wake(self, after: str | None, wait_s: float = WAKE_WAIT_S) -> dict[str, Any]:
         """The gateway's notices after `after` (long poll: up to `wait_s`)."""
@@ -132,25 +148,27 @@ class ApiDriver:
                 f"cannot reach the gateway {self.url}: {str(exc) or type(exc).__name__}"
             ) from None
         try:
-            body: dict[str, Any] = reply.json()
+            body: Any = reply.json()
         except ValueError:
-            body = {}
+            body = None
         if reply.is_success and isinstance(body, dict):
             return body
         error = body.get("error") if isinstance(body, dict) else None
-        kind = str(error.get("type", "")) if isinstance(error, dict) else ""
         message = str(error.get("message", "")) if isinstance(error, dict) else ""
-        said = message or f"HTTP {reply.status_code}"
-        cls = _BY_TYPE.get(kind)
-        if reply.status_code >= 500 and (cls is None or not issubclass(cls, _TRANSIENT)):
-            # a proxy's 502, a gateway's bug: the request may succeed when sent again
+        said = f"HTTP {reply.status_code}" + (f": {message}" if message else "")
+        kind = reply.headers.get(ERROR_HEADER)
+        if kind is None or (reply.status_code >= 500 and kind not in _TRANSIENT_TYPES):
+            # not an answer of fleetq's own (a proxy's 413 or 502, a route an older API
+            # lacks, a captive portal's page) or a gateway's bug: never taken for the
+            # protocol's refusal; the call is made again, as after a lost connection
             raise errors.ConnectionFailed(f"the gateway {self.url} answered {said}")
-        if cls is None:
+        cls = _BY_TYPE.get(kind)
+        if cls is None:  # fleetq's, of no kind the runner acts on (unknown_call, ...)
             raise errors.FleetqError(f"the gateway {self.url} answered {said}")
-        raise cls(said)
+        raise cls(message or said)
 
 
-_TRANSIENT = (errors.ConnectionFailed, errors.DatabaseBusy)
+_TRANSIENT_TYPES = {"connection_failed", "read_only_server", "query_timeout", "database_busy"}
 
 
 def _untrusted(exc: BaseException) -> ssl.SSLCertVerificationError | None:

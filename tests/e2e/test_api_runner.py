@@ -178,6 +178,12 @@ def test_the_runner_endpoints_serve_runner_tokens_and_runner_statements_only(
                 headers={"Authorization": f"Bearer {secret}"},
             )
 
+        # a runner's limit (16 MiB) is for what looks like a runner's call; an anonymous
+        # body meets the producers' (an anonymous 13-MiB body held the API for seconds)
+        padding = "x" * 300_000
+        anonymous = client.post("/v1/runner/calls", json={"name": "views_now", "args": [padding]})
+        assert anonymous.status_code == 413, anonymous.text
+        assert call(runner, "views_now", padding).status_code == 400  # read, then refused
         refused = call(submitter, "runners_lease_seconds")
         assert refused.status_code == 403, refused.text
         assert "not a runner's" in refused.json()["error"]["message"]
@@ -229,6 +235,13 @@ def test_a_notice_reaches_a_runner_by_long_poll_and_a_gap_is_said(
                 heard = answer["notices"]
         assert {"channel": "fleetq_control", "payload": "job:77"} in heard
         assert wake(cursor, 0) == {"next": cursor, "notices": [], "gap": False}
+        # no hint of fleetq's is that long (any login may NOTIFY: every runner would get
+        # it); a cursor that is no number is another process's, not a 500
+        conn.execute(b"SELECT pg_notify('fleetq_work', repeat('x', 400))")
+        conn.execute(b"SELECT pg_notify('fleetq_control', 'job:78')")
+        later = wake(cursor, 5)
+        assert later["notices"] == [{"channel": "fleetq_control", "payload": "job:78"}], later
+        assert wake(cursor.partition(":")[0] + ":\u00b2", 0)["gap"]
 
 
 def test_the_api_pools_through_pgbouncer_in_transaction_mode(

@@ -9,12 +9,20 @@ import uuid
 from decimal import Decimal
 from pathlib import Path
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetq.core import queries, wire
-from fleetq.core.errors import ConfigError, InvalidInput
+from fleetq.core.errors import (
+    ConfigError,
+    ConnectionFailed,
+    DatabaseBusy,
+    FleetqError,
+    InvalidInput,
+    PermissionDenied,
+)
 from fleetq.core.runnercalls import RUNNER_CALLS
 from fleetq.runner.remote import ApiDriver, read_token
 
@@ -95,3 +103,57 @@ def test_a_token_file_others_may_read_is_refused(tmp_path: Path) -> None:
 def test_uuid_round_trip_keeps_its_type() -> None:
     value = uuid.uuid4()
     assert isinstance(wire.decode(wire.encode(value)), uuid.UUID)
+
+
+def _answering(status: int, body: bytes, headers: dict[str, str] | None = None) -> ApiDriver:
+    def answer(_: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=body, headers=headers or {})
+
+    return ApiDriver("http://gateway.test", "fq_x", transport=httpx.MockTransport(answer))
+
+
+_FLEETQ = {"X-Fleetq-Error": "permission_denied", "Content-Type": "application/json"}
+_REFUSED = b'{"error": {"type": "permission_denied", "message": "acts as node-a/r only"}}'
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "headers", "raised", "said"),
+    [
+        # answers of fleetq's own: the protocol's refusal, as on a direct connection
+        (403, _REFUSED, _FLEETQ, PermissionDenied, "acts as node-a/r only"),
+        (400, b"{}", {"X-Fleetq-Error": "unknown_call"}, FleetqError, "HTTP 400"),
+        (503, b"{}", {"X-Fleetq-Error": "database_busy"}, DatabaseBusy, "HTTP 503"),
+        # anybody else's: a proxy's limit, a route an older API lacks, a rate limit, a
+        # proxy's 502, a page with a 200: sent again later, never a refusal or a bug
+        (413, b"<html>too large</html>", {}, ConnectionFailed, "HTTP 413"),
+        (404, _REFUSED.replace(b"permission_denied", b"not_found"), {}, ConnectionFailed, "404"),
+        (429, b"", {}, ConnectionFailed, "HTTP 429"),
+        (502, b"bad gateway", {}, ConnectionFailed, "HTTP 502"),
+        (500, b"{}", {"X-Fleetq-Error": "internal"}, ConnectionFailed, "HTTP 500"),
+        (200, b"<html>welcome to the hotel wifi</html>", {}, ConnectionFailed, "HTTP 200"),
+        (200, b'{"no": "rows"}', {}, ConnectionFailed, "no rows"),
+        (200, b'{"rows": [{"x": {"$t": "yesterday"}}]}', {}, ConnectionFailed, "no rows"),
+    ],
+)
+async def test_only_fleetq_answers_are_taken_for_the_protocol(
+    status: int, body: bytes, headers: dict[str, str], raised: type[Exception], said: str
+) -> None:
+    """Issue 46's review: a proxy's 413 or 429, or an older API's route 404 ("not_found"
+    in the body), were taken for the protocol's refusals: an outcome then recorded as a
+    failure, a stop confirmation dropped; a page that was not JSON ended the runner as a
+    bug. Only an answer of fleetq's own (its X-Fleetq-Error header) is the protocol's."""
+    driver = _answering(status, body, headers)
+    try:
+        with pytest.raises(raised, match=said) as caught:
+            await driver.fetch(queries.sql("runners_lease_seconds"))
+        assert type(caught.value) is raised  # not a subclass (ConnectionFailed's)
+    finally:
+        await driver.close()
+
+
+def test_a_value_nested_past_the_protocol_is_bad_input_not_a_crash() -> None:
+    deep: object = 1
+    for _ in range(900):
+        deep = [deep]
+    with pytest.raises(InvalidInput, match="nests deeper"):
+        wire.decode(deep)
