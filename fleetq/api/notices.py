@@ -45,7 +45,6 @@ class Notices:
         self.kept: deque[tuple[int, Notice]] = deque(maxlen=KEEP)
         self._news = asyncio.Event()  # set, and replaced, at each notice or new epoch
         self._task: asyncio.Task[None] | None = None
-        self.listening = asyncio.Event()
 
     def start(self) -> None:
         """Listen from now on (in the background; reconnected after a drop)."""
@@ -63,7 +62,6 @@ class Notices:
 
     async def wait(self, after: str | None, timeout_s: float) -> Wake:
         """The notices after `after`, waiting up to `timeout_s` for one."""
-        self.start()
         epoch, _, number = (after or "").partition(":")
         ok = epoch == self.epoch and number.isascii() and number.isdecimal() and len(number) < 19
         seen = int(number) if ok else None
@@ -114,7 +112,6 @@ class Notices:
                 # what was said before now went unheard: a new epoch tells every runner
                 self.epoch = uuid.uuid4().hex[:8]
                 self._tell()
-                self.listening.set()
                 while not lost.is_set():
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(lost.wait(), PING_S)
@@ -123,7 +120,6 @@ class Notices:
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
                 log.warning("LISTEN connection lost (%s); reconnecting", exc)
             finally:
-                self.listening.clear()
                 with contextlib.suppress(Exception):
                     await conn.close(timeout=2)
             await asyncio.sleep(RETRY_S)

@@ -157,18 +157,19 @@ class ApiDriver:
         message = str(error.get("message", "")) if isinstance(error, dict) else ""
         said = f"HTTP {reply.status_code}" + (f": {message}" if message else "")
         kind = reply.headers.get(ERROR_HEADER)
-        if kind is None or (reply.status_code >= 500 and kind not in _TRANSIENT_TYPES):
+        cls = _BY_TYPE.get(kind or "")
+        transient = cls is not None and issubclass(cls, _TRANSIENT)
+        if kind is None or (reply.status_code >= 500 and not transient):
             # not an answer of fleetq's own (a proxy's 413 or 502, a route an older API
             # lacks, a captive portal's page) or a gateway's bug: never taken for the
             # protocol's refusal; the call is made again, as after a lost connection
             raise errors.ConnectionFailed(f"the gateway {self.url} answered {said}")
-        cls = _BY_TYPE.get(kind)
         if cls is None:  # fleetq's, of no kind the runner acts on (unknown_call, ...)
             raise errors.FleetqError(f"the gateway {self.url} answered {said}")
         raise cls(message or said)
 
 
-_TRANSIENT_TYPES = {"connection_failed", "read_only_server", "query_timeout", "database_busy"}
+_TRANSIENT = (errors.ConnectionFailed, errors.DatabaseBusy)  # as loops.transient says
 
 
 def _untrusted(exc: BaseException) -> ssl.SSLCertVerificationError | None:

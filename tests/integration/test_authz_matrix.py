@@ -168,6 +168,14 @@ def _logins(login: Login) -> dict[Kind, str]:
     }
 
 
+def _attack(entry: authz.Entry, victim: Victim) -> str:
+    """The row's call against the victim's job, runner and schedule."""
+    assert entry.attack is not None
+    return entry.attack.format(
+        own=OWN, victim=VICTIM, job=victim.job, schedule=SCHEDULE, sha=OTHER_SHA, lane="checks"
+    )
+
+
 def _attempts() -> Iterator[tuple[authz.Entry, Kind]]:
     for entry in authz.MATRIX:
         if entry.attack is None:
@@ -188,14 +196,7 @@ def test_no_call_acts_on_another_tenant(
     failures: list[str] = []
     for entry, kind in _attempts():
         assert entry.attack is not None
-        call = entry.attack.format(
-            own=OWN,
-            victim=VICTIM,
-            job=victim.job,
-            schedule=SCHEDULE,
-            sha=OTHER_SHA,
-            lane="checks",
-        )
+        call = _attack(entry, victim)
         where = f"{entry.function.split('(')[0]} as {kind.value}"
         with connect(dsns[kind]) as conn:
             try:
@@ -236,9 +237,7 @@ def test_a_runner_token_through_the_gateway_acts_as_its_runner_only(
         if entry.attack is None or not {Kind.RUNNER, Kind.GATEWAY} <= set(entry.touches):
             continue
         tried += 1
-        call = entry.attack.format(
-            own=OWN, victim=VICTIM, job=victim.job, schedule=SCHEDULE, sha=OTHER_SHA, lane="checks"
-        )
+        call = _attack(entry, victim)
         where = f"{entry.function.split('(')[0]} for a runner token"
         with connect(gateway) as conn:
             conn.execute(b"SELECT * FROM fleetq.act_for_token($1)", [secret])
