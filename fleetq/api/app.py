@@ -34,6 +34,7 @@ from starlette.exceptions import HTTPException
 from fleetq import __version__
 from fleetq.api import access
 from fleetq.api.answers import errors as _errors
+from fleetq.api.batches import WINDOW_S
 from fleetq.api.gateway import Gateway, job_path, savepoint
 from fleetq.api.limits import RUNNER_MAX_BYTES, BodyLimit
 from fleetq.api.models import (
@@ -47,7 +48,7 @@ from fleetq.api.models import (
     Submitted,
 )
 from fleetq.api.notices import Notices
-from fleetq.api.runners import add_runner_routes
+from fleetq.api.runners import add_runner_routes, runner_batches
 from fleetq.core import eligibility, errors, producer, readers, validation
 from fleetq.core.driver import AsyncpgDriver
 from fleetq.core.models import CancelResult, Job, JobId, decision
@@ -86,7 +87,11 @@ CommitPath = Annotated[
 
 
 def create_app(
-    gateway: Gateway, *, max_body: int = DEFAULT_MAX_BODY, max_runner_body: int = RUNNER_MAX_BYTES
+    gateway: Gateway,
+    *,
+    max_body: int = DEFAULT_MAX_BODY,
+    max_runner_body: int = RUNNER_MAX_BYTES,
+    batch_window_s: float = WINDOW_S,
 ) -> FastAPI:
     """The application over `gateway`, which it opens at start and closes at the end."""
 
@@ -97,10 +102,12 @@ def create_app(
         try:
             yield
         finally:
+            await runs.close()
             await notices.close()
             await gateway.close()
 
     notices = Notices(gateway.session_dsn)
+    runs = runner_batches(gateway, window_s=batch_window_s)
 
     app = FastAPI(
         title="fleetq",
@@ -273,7 +280,7 @@ def create_app(
         async with acting(token) as (_, caller):
             return caller
 
-    add_runner_routes(app, notices, acting)
+    add_runner_routes(app, notices, runs)
 
     @app.get(
         "/v1/health",

@@ -78,6 +78,7 @@ class Gateway:
                 setup=server_guard(self.dsn),
                 server_settings={"application_name": "fleetq-api"},
                 statement_cache_size=0 if self.pgbouncer else 100,
+                reset=_nothing_to_reset,
             )
         try:
             await migrate.require_current_async(AsyncpgDriver(self._pool))
@@ -123,20 +124,35 @@ class Gateway:
         no token, or an unknown or revoked one."""
         if not token:
             raise NotAuthenticated("an API token is required: Authorization: Bearer <token>")
+        async with self.transaction() as driver:
+            rows = await driver.fetch(queries.sql("tokens_act_for"), token)
+            yield driver, Caller(kind=rows[0]["kind"], identity=rows[0]["subject"])
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncpgDriver]:
+        """One transaction of the pool's, acting for nobody until told whom
+        (`tokens_act_for`: a gateway login may do nothing else); commits when the block
+        ends without an error."""
         with mapped_errors():
             async with (
                 self.pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn,
                 # asked here, not at connect: PgBouncer forwards no startup setting
                 conn.transaction(isolation="read_committed"),
             ):
-                driver = AsyncpgDriver(conn)
-                rows = await driver.fetch(queries.sql("tokens_act_for"), token)
-                yield driver, Caller(kind=rows[0]["kind"], identity=rows[0]["subject"])
+                yield AsyncpgDriver(conn)
 
     async def schema_version(self) -> int:
         """The database's schema version: what health answers, reachable or not."""
         rows = await AsyncpgDriver(self.pool).fetch(queries.sql("migrate_applied"), timeout=5)
         return max((int(r["version"]) for r in rows), default=0)
+
+
+async def _nothing_to_reset(_conn: object) -> None:
+    """A pool connection of the API's is used for one transaction at a time, whose setting
+    (`fleetq.token`) is its own (`set_config(..., true)`), with no LISTEN, cursor or session
+    lock (asyncpg still rolls back a transaction left open). Its default reset (advisory
+    unlock, CLOSE ALL, UNLISTEN, RESET ALL) was one statement more per request, and through
+    PgBouncer a transaction of its own on whichever server connection it reached."""
 
 
 @contextlib.asynccontextmanager

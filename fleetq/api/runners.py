@@ -9,17 +9,16 @@ acts as itself only. `GET /v1/runner/wake` long-polls the process's notices
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
-from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 
-from fleetq.api import answers
-from fleetq.api.gateway import Token
-from fleetq.api.models import RunnerCall, RunnerRows, Wake
+from fleetq.api import access, answers, batches
+from fleetq.api.batches import Batches
+from fleetq.api.gateway import Gateway, Token
+from fleetq.api.models import Caller, RunnerCall, RunnerRows, Wake
 from fleetq.api.notices import Notices
 from fleetq.core import errors, queries, wire
 from fleetq.core.driver import AsyncpgDriver
@@ -33,22 +32,59 @@ class UnknownCall(errors.InvalidInput):
     runner's than this API (upgrade the API first)."""
 
 
-Acting = Callable[[Any], contextlib.AbstractAsyncContextManager[Any]]
+def runner_batches(gateway: Gateway, *, window_s: float = batches.WINDOW_S) -> Batches:
+    """The process's batches of runners' routine calls (`batches.py`) over `gateway`."""
 
-
-def add_runner_routes(app: FastAPI, notices: Notices, acting: Acting) -> None:
-    """The runner endpoints, on `app`; `acting` is the app's own (the access log names
-    the token's holder)."""
-
-    @contextlib.asynccontextmanager
-    async def as_runner(credentials: Token) -> AsyncIterator[AsyncpgDriver]:
-        async with acting(credentials) as (driver, caller):
+    async def alone(
+        token: str, name: str, args: list[Any], timeout_s: float
+    ) -> tuple[Caller, list[dict[str, Any]]]:
+        async with gateway.acting(token) as (driver, caller):
             if caller.kind != "runner":
-                raise errors.PermissionDenied(
-                    f"the API token of {caller.identity} (a {caller.kind} token) is not a "
-                    "runner's: the runner endpoints serve runner tokens only"
-                )
-            yield driver
+                raise batches.not_a_runner(caller)
+            if name == batches.CHECK_ONLY:
+                return caller, []
+            return caller, await run_call(driver, name, args, timeout_s)
+
+    return Batches(gateway.transaction, run_call, alone, window_s=window_s)
+
+
+async def run_call(
+    driver: AsyncpgDriver, name: str, args: list[Any], timeout_s: float
+) -> list[dict[str, Any]]:
+    """One runner statement, already acting for its token, its arguments in the wire form
+    (decoded only now, once the token is known); an argument the server cannot take is
+    the caller's error (400), not the API's."""
+    values = [wire.decode(a) for a in args]
+    try:
+        return await driver.fetch(queries.sql(name), *values, timeout=timeout_s)
+    except (ValueError, TypeError) as exc:  # asyncpg: arguments of the wrong type
+        raise errors.InvalidInput(f"{name}: {exc}") from None
+    except errors.FleetqError as exc:
+        # class 22, data exception: an argument the server could not take
+        if str(getattr(exc.__cause__, "sqlstate", "")).startswith("22"):
+            raise errors.InvalidInput(f"{name}: {exc}") from None
+        raise
+
+
+def add_runner_routes(app: FastAPI, notices: Notices, runs: Batches) -> None:
+    """The runner endpoints, on `app`; `runs` is the process's batches, through which
+    every call goes (a routine one waits for its batch, any other runs at once)."""
+
+    async def as_runner(
+        credentials: Token, name: str, args: list[Any], timeout_s: float
+    ) -> list[dict[str, Any]]:
+        if credentials is None or not credentials.credentials:
+            raise errors.NotAuthenticated("an API token is required: Authorization: Bearer <token>")
+        token = credentials.credentials
+        rows: list[dict[str, Any]] = []
+        if name == batches.CHECK_ONLY and (known := runs.recently_checked(token)):
+            caller = known
+        elif batches.batched(name, args):
+            caller, rows = await runs.call(token, name, args, timeout_s)
+        else:
+            caller, rows = await runs.at_once(token, name, args, timeout_s)
+        access.identify(caller.kind, caller.identity)
+        return rows
 
     @app.post(
         "/v1/runner/calls",
@@ -73,17 +109,7 @@ def add_runner_routes(app: FastAPI, notices: Notices, acting: Acting) -> None:
             raise errors.InvalidInput(
                 f"{body.name} takes {_parameters(body.name)} argument(s), not {len(body.args)}"
             )
-        async with as_runner(credentials) as driver:
-            args = [wire.decode(a) for a in body.args]  # after the token is known
-            try:
-                rows = await driver.fetch(queries.sql(body.name), *args, timeout=body.timeout_s)
-            except (ValueError, TypeError) as exc:  # asyncpg: arguments of the wrong type
-                raise errors.InvalidInput(f"{body.name}: {exc}") from None
-            except errors.FleetqError as exc:
-                # class 22, data exception: an argument the server could not take
-                if str(getattr(exc.__cause__, "sqlstate", "")).startswith("22"):
-                    raise errors.InvalidInput(f"{body.name}: {exc}") from None
-                raise
+        rows = await as_runner(credentials, body.name, body.args, body.timeout_s)
         return RunnerRows(rows=[{k: wire.encode(v) for k, v in r.items()} for r in rows])
 
     @app.get(
@@ -99,8 +125,9 @@ def add_runner_routes(app: FastAPI, notices: Notices, acting: Acting) -> None:
     ) -> Wake:
         """The notices heard after `after` (a cursor this answers), waiting up to `wait_s`
         for one; `gap` when some may have been missed."""
-        async with as_runner(credentials):
-            pass  # the token is checked, and the transaction ends before the wait
+        # the token is checked (with a batch, unless a call of it was answered lately:
+        # `batches.CHECKED_S`), and no connection is held while the poll waits
+        await as_runner(credentials, batches.CHECK_ONLY, [], 5.0)
         return await notices.wait(after, wait_s)
 
 
