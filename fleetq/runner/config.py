@@ -31,6 +31,13 @@ DEFAULT_POLL_S = 1.0
 # brings new work (submit, requeue, release, a freed dependency or cap), so a poll is
 # only the fallback, and an idle fleet should cost the database next to nothing.
 DEFAULT_POLL_MAX_S = 10.0
+# Through the API (`api`), where each call is a request a gateway serves: the gateway's
+# long poll says `gap` whenever a notice may have been missed (and every lane looks then),
+# so a poll is a fallback's fallback; and the reaper's pass, whose leader does the work
+# for the whole fleet, need not be tried by each runner every 5 s (a thousand runners
+# tried it 200 times a second; at 15 s a fleet of three still tries every 5 s).
+DEFAULT_POLL_MAX_API_S = 30.0
+DEFAULT_REAP_API_S = 15.0
 DEFAULT_GRACE_S = 30.0
 DEFAULT_REAP_S = 5.0
 
@@ -83,6 +90,17 @@ class RunnerConfig(BaseModel):
         if self.api is None and (self.token_file or self.api_ca) is not None:
             raise ValueError("token_file and api_ca go with api (the API's URL)")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _api_polls_less(cls, values: Any) -> Any:
+        if isinstance(values, dict) and values.get("api"):
+            return {
+                "poll_max_s": DEFAULT_POLL_MAX_API_S,
+                "reap_interval_s": DEFAULT_REAP_API_S,
+                **values,
+            }
+        return values
 
     @model_validator(mode="after")
     def _job_users_fit(self) -> RunnerConfig:

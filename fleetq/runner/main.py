@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         dest="poll_max_s",
         metavar="SECONDS",
-        help="the longest wait between polls while idle (default 10); a notification resets it",
+        help="the longest wait between polls while idle (default 10, through --api 30); a "
+        "notification resets it",
     )
     p.add_argument(
         "--exit-when-drained", action="store_true", help="exit once drained (after `fleetq drain`)"

@@ -69,3 +69,17 @@ def test_one_way_to_the_queue(given: dict[str, object], said: str) -> None:
         {"node": "n1", "lanes": {"checks": 1}, "api": "http://q:8080", "token_file": "t"}, None
     )
     assert ok.api == "http://q:8080" and ok.dsn is None
+
+
+def test_through_the_api_an_idle_runner_polls_and_reaps_less_unless_told() -> None:
+    """Each call of an API runner is a request a gateway serves: its idle polls back off to
+    30 s and it tries the reaper every 15 s (issue 46's idle fleet), while a direct runner
+    keeps 10 s and 5 s, and either takes what it is given."""
+    base: dict[str, object] = {"node": "n1", "lanes": {"checks": 1}}
+    api = {**base, "api": "http://q:8080", "token_file": "t"}
+    direct = load({**base, "dsn": "postgresql://db/q"}, None)
+    assert (direct.poll_max_s, direct.reap_interval_s) == (10.0, 5.0)
+    through = load(api, None)
+    assert (through.poll_max_s, through.reap_interval_s) == (30.0, 15.0)
+    told = load({**api, "poll_max_s": 4.0, "reap_interval_s": 2.0}, None)
+    assert (told.poll_max_s, told.reap_interval_s) == (4.0, 2.0)
