@@ -1,4 +1,5 @@
-"""The scale benchmark: a simulated fleet of 1 to 100 runners on the real protocol.
+"""The scale benchmark: a simulated fleet of 1 to 1,000 runners on the real protocol,
+connected directly or through fleetq's gateways (`--via direct,gateways`).
 
 Each simulated runner (`simrunner`) has its own connection and makes the calls a real
 runner makes, at its cadence: register, claim (the real `fleetq.claim`, its lane and
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -40,7 +42,8 @@ from fleetq.core.db import resolve_dsn
 from fleetq.core.driver import AsyncpgDriver, Driver
 from fleetq.runner import config as runner_config
 from fleetq_bench import figures, harness, history, scale_plots
-from fleetq_bench.simrunner import Cadence, Serving, start_fleet
+from fleetq_bench.gateways import Gateways, runner_tokens
+from fleetq_bench.simrunner import Cadence, Serving, SimRunner, runner_id, start_fleet
 from fleetq_bench.sql import SQL
 
 LANE, PROJECT, OPERATION = "scale", "scale", "work"
@@ -65,6 +68,7 @@ OWN_CONNECTIONS = 1
 # going idle (PGSTAT_IDLE_INTERVAL), and idle runners' polls back off 1+2+4+8 s before
 # reaching their longest wait: the idle window opens after both.
 IDLE_SETTLE_S = 20.0
+VIAS = ("direct", "gateways")
 
 
 def _sizes(text: str) -> list[int]:
@@ -75,6 +79,13 @@ def _sizes(text: str) -> list[int]:
     if not sizes or any(n < 1 for n in sizes):
         raise argparse.ArgumentTypeError("runner counts are positive, e.g. 1,10,25,50,100")
     return sizes
+
+
+def _vias(text: str) -> list[str]:
+    vias = [part.strip() for part in text.split(",") if part.strip()]
+    if not vias or any(v not in VIAS for v in vias):
+        raise argparse.ArgumentTypeError(f"--via takes {', '.join(VIAS)} (comma separated)")
+    return vias
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +109,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="runners do not LISTEN (real ones do): what listening sessions cost the server",
     )
+    a(
+        "--via",
+        type=_vias,
+        default=["direct"],
+        help="how the runners reach the database, one sweep each: direct (a connection "
+        "each), gateways (fleetq-runner --api through --gateways fleetq api processes), or "
+        "both: direct,gateways",
+    )
+    a("--gateways", type=int, default=2, help="fleetq api processes for --via gateways")
+    a("--gateway-pool", type=int, default=10, help="each gateway's database connections")
+    a(
+        "--pgbouncer",
+        action="store_true",
+        help="the gateways' pools through PgBouncer in transaction mode (Debian's pgbouncer)",
+    )
+    a("--bouncer-pool", type=int, default=20, help="PgBouncer's server connections")
     a("--plot", metavar="DIR", help="write PNG plots here")
     a("--timeout", type=float, default=900.0, help="give up a phase after this long")
 
@@ -114,6 +141,10 @@ def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         "jobs_per_burst": args.jobs,
         "job_ms": args.job_ms,
         "listen": args.listen,
+        "via": args.via,
+        "gateways": args.gateways,
+        "gateway_pool": args.gateway_pool,
+        "pgbouncer": args.pgbouncer,
     }
     with (
         migrate.scratch_database(dsn, "fleetq_bench_scale") as db,
@@ -146,20 +177,66 @@ def fleet_options(args: argparse.Namespace) -> dict[str, Any]:
 
 async def _sweep_and_idle(db: str, args: argparse.Namespace) -> dict[str, Any]:
     observer = await AsyncpgDriver.connect(db)
+    steps: list[dict[str, Any]] = []
+    idles: list[dict[str, Any]] = []
     try:
-        server = await harness.require_connections(
-            observer, max(args.runners) + OWN_CONNECTIONS, what=f"{max(args.runners)} runners"
-        )
-        steps = [await _step(db, observer, n, args) for n in args.runners]
-        idle = await _idle(db, observer, max(args.runners), args) if args.idle_seconds else None
+        server = await harness.require_connections(observer, OWN_CONNECTIONS, what="the run")
+        for via in args.via:
+            with contextlib.ExitStack() as stack:
+                gateways = None
+                if via == "gateways":
+                    gateways = stack.enter_context(
+                        Gateways(
+                            db,
+                            count=args.gateways,
+                            pool_size=args.gateway_pool,
+                            pgbouncer=args.pgbouncer,
+                            bouncer_pool=args.bouncer_pool,
+                        )
+                    )
+                for n in args.runners:
+                    if gateways is None and (stop := await _direct_stops(observer, n, args)):
+                        steps.append({"runners": n, "via": via, "stopped": stop})
+                        continue
+                    steps.append(await _step(db, observer, n, args, gateways))
+                if args.idle_seconds:
+                    n = max(args.runners)
+                    if gateways is None and await _direct_stops(observer, n, args):
+                        continue
+                    idles.append(await _idle(db, observer, n, args, gateways))
     finally:
         await observer.close()
     return {
         "server": server,
         "cadence": _cadence_report(),
         "steps": steps,
-        "idle": idle,
+        "idle": idles[0] if idles else None,
+        "idles": idles,
     }
+
+
+async def _direct_stops(observer: Driver, n: int, args: argparse.Namespace) -> str | None:
+    """Why `n` direct runners cannot run here (a connection each is more than the server
+    has free), when gateways are measured too; alone, direct asks for the room it needs."""
+    what = f"{n} direct runners"
+    if args.via == ["direct"]:
+        await harness.require_connections(observer, n + OWN_CONNECTIONS, what=what)
+        return None
+    try:
+        await harness.require_connections(observer, n + OWN_CONNECTIONS, what=what)
+    except harness.BenchError as exc:
+        return str(exc)
+    return None
+
+
+async def _fleet(
+    db: str, n: int, prefix: str, args: argparse.Namespace, gateways: Gateways | None
+) -> list[SimRunner]:
+    apis = None
+    if gateways is not None:
+        ids = [runner_id(prefix, i) for i in range(n)]
+        apis = gateways.apis(await asyncio.to_thread(runner_tokens, db, ids))
+    return await start_fleet(db, n, prefix=prefix, apis=apis, **fleet_options(args))
 
 
 def _cadence_report() -> dict[str, float]:
@@ -175,7 +252,12 @@ def _cadence_report() -> dict[str, float]:
 
 
 async def _burst(
-    observer: Driver, jobs: int, timeout: float, serving: Serving, waits: Counter[str]
+    observer: Driver,
+    jobs: int,
+    timeout: float,
+    serving: Serving,
+    waits: Counter[str],
+    sessions: list[int] | None = None,
 ) -> int:
     """Submit `jobs` in one bulk submit and wait until none is open, sampling what the
     database's sessions wait on meanwhile into `waits`; returns the burst's first job id."""
@@ -186,6 +268,9 @@ async def _burst(
         waits["samples"] += 1
         for row in await observer.fetch(SQL.sql("bench_scale_waits")):
             waits[str(row["wait"])] += int(row["n"])
+        if sessions is not None:
+            (row,) = await observer.fetch(SQL.sql("bench_scale_sessions"))
+            sessions.append(int(row["n"]))
         return not await harness.queue_open(observer)
 
     await harness.wait_until(
@@ -209,20 +294,25 @@ def wait_report(waits: Counter[str], top: int = 6) -> dict[str, Any]:
     }
 
 
-async def _step(db: str, observer: Driver, n: int, args: argparse.Namespace) -> dict[str, Any]:
-    fleet_ = await start_fleet(db, n, prefix=f"sim{n}x", **fleet_options(args))
+async def _step(
+    db: str, observer: Driver, n: int, args: argparse.Namespace, gateways: Gateways | None
+) -> dict[str, Any]:
+    fleet_ = await _fleet(db, n, f"sim{n}{'g' if gateways else 'x'}", args, gateways)
     async with Serving(fleet_) as serving:
         if args.warmup:
             await _burst(observer, args.warmup, args.timeout, serving, Counter())
         serving.reset()
         waits: Counter[str] = Counter()
+        sessions: list[int] = []
         cpu, wall = time.process_time(), time.perf_counter()
-        first = await _burst(observer, args.jobs, args.timeout, serving, waits)
+        first = await _burst(observer, args.jobs, args.timeout, serving, waits, sessions)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         claims, refills = serving.claims(), serving.refills()
         stale, races = serving.stale()
+        retried = serving.retried()
     (row,) = await observer.fetch(SQL.sql("bench_scale_drain"), first)
     return {
+        "via": "gateways" if gateways else "direct",
         **step_report(
             runners=n,
             slots=args.slots,
@@ -234,6 +324,11 @@ async def _step(db: str, observer: Driver, n: int, args: argparse.Namespace) -> 
             stale=stale,
             self_races=races,
         ),
+        "calls_sent_again": retried,
+        "server_connections": {
+            "max": max(sessions, default=0),
+            "mean": round(sum(sessions) / len(sessions), 1) if sessions else None,
+        },
         "database": wait_report(waits),
     }
 
@@ -283,8 +378,10 @@ def step_report(
     }
 
 
-async def _idle(db: str, observer: Driver, n: int, args: argparse.Namespace) -> dict[str, Any]:
-    fleet_ = await start_fleet(db, n, prefix="idle", **fleet_options(args))
+async def _idle(
+    db: str, observer: Driver, n: int, args: argparse.Namespace, gateways: Gateways | None
+) -> dict[str, Any]:
+    fleet_ = await _fleet(db, n, f"idle{'g' if gateways else 'x'}", args, gateways)
     async with Serving(fleet_) as serving:
         await asyncio.sleep(args.idle_settle)  # see IDLE_SETTLE_S; not a synchronisation
         serving.alive()
@@ -294,24 +391,29 @@ async def _idle(db: str, observer: Driver, n: int, args: argparse.Namespace) -> 
         await asyncio.sleep(args.idle_seconds)  # the window being measured
         (tx1,) = await observer.fetch(SQL.sql("bench_transactions"))
         (xid1,) = await observer.fetch(SQL.sql("bench_scale_xids"))
+        (sessions,) = await observer.fetch(SQL.sql("bench_scale_sessions"))
         seconds = time.monotonic() - start
         serving.alive()
     c = Cadence()
-    return idle_report(
-        runners=n,
-        seconds=seconds,
-        # own: the window's reads of the counters (the second's may be flushed or not)
-        transactions=figures.counter_delta(int(tx0["n"]), int(tx1["n"]), own=2),
-        xids=figures.counter_delta(int(xid0["next_xid"]), int(xid1["next_xid"])),
-        expected_per_runner_s=figures.idle_cadence(
-            beat_s=c.beat_s(30, 30),
-            reap_s=c.reap_s,
-            ping_s=c.ping_s,
-            poll_max_s=c.poll_max_s,
-            collect_s=30,
-            schedules_s=c.schedules_s,
+    return {
+        "via": "gateways" if gateways else "direct",
+        **idle_report(
+            runners=n,
+            seconds=seconds,
+            # own: the window's reads of the counters (the second's may be flushed or not)
+            transactions=figures.counter_delta(int(tx0["n"]), int(tx1["n"]), own=2),
+            xids=figures.counter_delta(int(xid0["next_xid"]), int(xid1["next_xid"])),
+            expected_per_runner_s=figures.idle_cadence(
+                beat_s=c.beat_s(30, 30),
+                reap_s=c.reap_s,
+                ping_s=c.ping_s,
+                poll_max_s=c.poll_max_s,
+                collect_s=30,
+                schedules_s=c.schedules_s,
+            ),
         ),
-    )
+        "server_connections": int(sessions["n"]),
+    }
 
 
 def idle_report(
@@ -324,7 +426,10 @@ def idle_report(
         "runners": runners,
         "seconds": round(seconds, 1),
         "transactions_per_s": figures.per_second(transactions, seconds),
-        "transactions_per_runner_s": figures.per_second(transactions / runners, seconds),
+        # to thousandths: the target is 0.1 per runner, which tenths would round onto
+        "transactions_per_runner_s": round(transactions / runners / seconds, 3)
+        if seconds > 0
+        else None,
         "expected_per_runner_s": round(expected_per_runner_s, 2),
         "xids_per_s": figures.per_second(xids, seconds),
     }

@@ -36,16 +36,23 @@ def write(report: dict[str, Any], directory: Path) -> list[Path]:
 
 
 def _scale(plt: Any, steps: list[dict[str, Any]], path: Path) -> Path:
-    runners = [s["runners"] for s in steps]
-    fig, (rate, latency) = plt.subplots(1, 2, figsize=(11, 4.2))
-    rate.plot(runners, [s["claim_calls_per_s"] for s in steps], "o-", label="claim calls/s")
-    rate.plot(runners, [s["jobs_per_s"] for s in steps], "s--", label="jobs claimed/s")
-    rate.set(xlabel="simulated runners", ylabel="per second", title="Claims per second")
-    for p, style in (("p50", "o-"), ("p99", "s--")):
-        values = [s["claim_ms"][p] for s in steps]
-        latency.plot(runners, values, style, label=f"claim {p}")
+    """Per fleet size and way in (direct, through gateways): jobs/s, claim round trip,
+    server connections; a size a way could not run at is left out (the report says why)."""
+    fig, (rate, latency, conns) = plt.subplots(1, 3, figsize=(15, 4.2))
+    for via in dict.fromkeys(s.get("via", "direct") for s in steps):
+        ran = [s for s in steps if s.get("via", "direct") == via and "stopped" not in s]
+        runners = [s["runners"] for s in ran]
+        rate.plot(runners, [s["jobs_per_s"] for s in ran], "o-", label=via)
+        for p, style in (("p50", "o-"), ("p99", "s--")):
+            values = [s["claim_ms"][p] for s in ran]
+            latency.plot(runners, values, style, label=f"{via} {p}")
+        conns.plot(runners, [s["server_connections"]["max"] for s in ran], "o-", label=via)
+    rate.set(xlabel="simulated runners", ylabel="jobs/s", title="10,000-job burst: jobs/s")
     latency.set(xlabel="simulated runners", ylabel="ms", title="Claim round trip (took jobs)")
-    for axes in (rate, latency):
+    latency.set_yscale("log")
+    conns.set(xlabel="simulated runners", ylabel="connections", title="Server connections (max)")
+    for axes in (rate, latency, conns):
+        axes.set_xscale("log")
         axes.grid(alpha=0.3)
         axes.legend()
     fig.tight_layout()

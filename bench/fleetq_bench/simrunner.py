@@ -25,14 +25,20 @@ By design, unlike a real runner: everything goes over ONE connection (a real run
 pool of up to 4 + lanes connections and a LISTEN connection of its own), so a simulated
 runner's own calls queue behind each other; there is no staging, process or journal, and a
 job "runs" for `job_s` seconds.
+
+Through a gateway (`api`), as `fleetq-runner --api`: the runner's own `ApiDriver` (calls
+side by side), the id held and renewed as `wakes.ApiControl` holds it, the gateway's long
+poll for wake-ups in place of LISTEN and its ping.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, LiteralString
@@ -40,7 +46,7 @@ from typing import Any, LiteralString
 import asyncpg
 
 from fleetq import __version__
-from fleetq.core import fleet, leasing, queries, schedules
+from fleetq.core import errors, fleet, leasing, queries, schedules
 from fleetq.core.driver import DEFAULT_TIMEOUT_S, AsyncpgDriver, prepare_asyncpg
 from fleetq.core.models import (
     Claim,
@@ -55,9 +61,12 @@ from fleetq.core.models import (
 )
 from fleetq.runner import config as runner_config
 from fleetq.runner import control, loops, policy
+from fleetq.runner.remote import ApiDriver
 from fleetq.runner.reporter import Refill, Reporter
+from fleetq.runner.wakes import HOLD_S
 
 CLAIM = queries.sql("lease_claim")
+RETRIES = 6
 REFILL = queries.sql("lease_complete_and_claim")
 
 
@@ -78,32 +87,52 @@ class Cadence:
 
 
 class SerialDriver:
-    """A simulated runner's one connection, shared by its loops: one statement at a time
-    (asyncpg refuses overlapping calls on a connection), each claim's round trip timed
-    from the moment the connection was its own, so queueing behind the runner's other
-    calls is not counted as the claim's cost. Outcome batches that carry a claim (the
-    refill) are timed apart: their round trip is outcomes and claim together."""
+    """A simulated runner's way to the database, shared by its loops, each claim's round
+    trip timed; outcome batches that carry a claim (the refill) are timed apart: their
+    round trip is outcomes and claim together.
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
-        self.conn = conn
-        self.inner = AsyncpgDriver(conn)
-        self.lock = asyncio.Lock()
+    Direct (`serial`): one connection, one statement at a time (asyncpg refuses
+    overlapping calls on a connection), each claim timed from the moment the connection
+    was its own, so queueing behind the runner's other calls is not counted as the
+    claim's cost. Through the API: the runner's own `ApiDriver`, calls side by side as a
+    real runner's are."""
+
+    def __init__(self, inner: AsyncpgDriver | ApiDriver, *, serial: bool = True) -> None:
+        self.inner = inner
+        self.lock = asyncio.Lock() if serial else None
         self.claims: list[tuple[float, int]] = []  # (seconds, jobs claimed)
         self.refills: list[tuple[float, int]] = []  # outcomes with a claim: (seconds, jobs)
+        self.retried = 0  # calls sent again after a lost reply (through a gateway)
 
     async def fetch(
         self, query: LiteralString, *args: object, timeout: float = DEFAULT_TIMEOUT_S
     ) -> list[dict[str, Any]]:
-        """Run one statement when the connection is free; time it if it is a claim."""
-        async with self.lock:
+        """Run one statement (when the connection is free); time it if it is a claim."""
+        async with self.lock or contextlib.nullcontext():
             start = time.perf_counter()
-            rows = await self.inner.fetch(query, *args, timeout=timeout)
+            rows = await self._fetch(query, *args, timeout=timeout)
             if query == CLAIM:
                 self.claims.append((time.perf_counter() - start, len(rows)))
             elif query == REFILL:
                 took = sum(1 for r in rows if r["kind"] == "claim")
                 self.refills.append((time.perf_counter() - start, took))
         return rows
+
+    async def _fetch(
+        self, query: LiteralString, *args: object, timeout: float
+    ) -> list[dict[str, Any]]:
+        """Through a gateway, a call whose reply was lost is sent again, as the runner's
+        loops send it (the protocol answers a repeat as the first: a claim by its id, a
+        write with `already`); a direct connection's failure ends the benchmark."""
+        for attempt in range(RETRIES):
+            try:
+                return await self.inner.fetch(query, *args, timeout=timeout)
+            except (errors.ConnectionFailed, errors.QueryTimeout):
+                if self.lock is not None or attempt == RETRIES - 1:
+                    raise
+                self.retried += 1
+                await asyncio.sleep(0.1 * 2**attempt)  # a backoff, not a synchronisation
+        raise AssertionError("unreachable")
 
     async def close(self) -> None:
         """Close the connection."""
@@ -124,10 +153,19 @@ class SimRunner:
         job_s: float = 0.0,
         cadence: Cadence | None = None,
         listen: bool = True,
+        api: tuple[str, str] | None = None,
     ) -> None:
         self.dsn, self.node, self.lane, self.slots = dsn, node, lane, slots
+        self.api = api  # through a gateway: its URL and this runner's token
         self.batch, self.job_s, self.listen = batch, job_s, listen
-        self.cadence = cadence or Cadence()
+        self.cadence = cadence or (
+            Cadence(
+                poll_max_s=runner_config.DEFAULT_POLL_MAX_API_S,
+                reap_s=runner_config.DEFAULT_REAP_API_S,
+            )
+            if api
+            else Cadence()
+        )
         self.runner = RunnerId(f"{node}/runner")
         self.wake = asyncio.Event()
         self.running: dict[JobId, Claim] = {}
@@ -148,12 +186,19 @@ class SimRunner:
 
     async def connect(self) -> None:
         """Open the connection, register, learn the lease, and LISTEN for work (unless
-        told not to: then it finds work by its polls and its own finished jobs only)."""
-        conn = await asyncpg.connect(
-            self.dsn, timeout=10, server_settings={"application_name": "fleetq-bench-sim"}
-        )
-        await prepare_asyncpg(conn)
-        self.driver = SerialDriver(conn)
+        told not to: then it finds work by its polls and its own finished jobs only).
+        Through a gateway: the runner's own `ApiDriver`, its id held as the real one
+        holds it (`wakes.HOLD_S`), wake-ups by the gateway's long poll."""
+        conn: asyncpg.Connection | None = None
+        if self.api is not None:
+            self.driver = SerialDriver(ApiDriver(*self.api), serial=False)
+            await self._hold()
+        else:
+            conn = await asyncpg.connect(
+                self.dsn, timeout=10, server_settings={"application_name": "fleetq-bench-sim"}
+            )
+            await prepare_asyncpg(conn)
+            self.driver = SerialDriver(AsyncpgDriver(conn))
         self.reporter = Reporter(
             self.driver, self.runner, refill_for=self._refill_for, refilled=self._refilled
         )
@@ -172,9 +217,44 @@ class SimRunner:
         (row,) = await self.driver.fetch(queries.sql("runners_lease_seconds"))
         self.lease_s = float(row["lease_seconds"])
         self.offline_s = float(row["offline_after_seconds"])
-        if self.listen:
+        if self.listen and conn is not None and self.driver.lock is not None:
             async with self.driver.lock:
                 await conn.add_listener("fleetq_work", self._on_work)
+
+    async def _hold(self) -> None:
+        """Hold the runner id, as `wakes.ApiControl.hold` does (every HOLD_S / 3)."""
+        (row,) = await self.driver.fetch(
+            queries.sql("runners_hold_identity"), self.runner, f"bench {self.node}", HOLD_S
+        )
+        if not row["taken"]:
+            raise RuntimeError(f"runner id {self.runner} is held by {row['holder']}")
+
+    async def _follow(self, stop: asyncio.Event) -> None:
+        """The gateway's notices, by long poll, as `wakes.ApiControl` follows them."""
+        assert isinstance(self.driver.inner, ApiDriver)
+        cursor: str | None = None
+        while not stop.is_set():
+            poll = asyncio.ensure_future(self.driver.inner.wake(cursor))
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({poll, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if not poll.done():
+                poll.cancel()
+                return
+            try:
+                wake = poll.result()
+            except (errors.ConnectionFailed, errors.QueryTimeout):
+                self.driver.retried += 1
+                cursor = None  # as the runner: every lane looks once, then polls again
+                self.wake.set()
+                await asyncio.sleep(0.5)  # a backoff, not a synchronisation
+                continue
+            if wake.get("gap"):
+                self.wake.set()
+            cursor = str(wake.get("next") or "") or None
+            for notice in wake.get("notices") or []:
+                if notice.get("channel") == "fleetq_work":
+                    self._on_work(None, 0, "fleetq_work", notice.get("payload"))
 
     def _on_work(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         lane, _, chosen = str(payload).partition(" ")
@@ -219,13 +299,18 @@ class SimRunner:
         reporter_stop = asyncio.Event()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.reporter.run(reporter_stop))
-            for what, interval, work in (
+            passes: list[tuple[str, Callable[[], float], Callable[[], Awaitable[None]]]] = [
                 ("heartbeat", lambda: c.beat_s(self.lease_s, self.offline_s), self._heartbeat),
                 ("reap", lambda: c.reap_s, self._reap),
                 ("schedules", lambda: c.reap_s, self._schedules),
                 ("collection", lambda: self.lease_s, self._collect),
-                ("ping", lambda: c.ping_s, self._ping),
-            ):
+            ]
+            if self.api is None:
+                passes.append(("ping", lambda: c.ping_s, self._ping))  # its LISTEN session
+            else:
+                passes.append(("hold", lambda: HOLD_S / 3, self._hold))
+                tg.create_task(self._follow(stop))
+            for what, interval, work in passes:
                 tg.create_task(loops.every(interval, what, work, stop))
             await self._claim_loop(stop)
             if self.tasks:
@@ -286,19 +371,23 @@ class SimRunner:
 
     async def _job(self, claim: Claim) -> None:
         try:
-            await leasing.report_start(
-                self.driver,
-                runner=self.runner,
-                start=StartReport(
-                    job_id=claim.job_id,
-                    lease_version=claim.lease_version,
-                    node=self.node,
-                    run_id=uuid.uuid4(),
-                    pid=os.getpid(),
-                    process_started_at=datetime.now(UTC),
-                    prepare_ms=0,
-                ),
-            )
+            try:
+                await leasing.report_start(
+                    self.driver,
+                    runner=self.runner,
+                    start=StartReport(
+                        job_id=claim.job_id,
+                        lease_version=claim.lease_version,
+                        node=self.node,
+                        run_id=uuid.uuid4(),
+                        pid=os.getpid(),
+                        process_started_at=datetime.now(UTC),
+                        prepare_ms=0,
+                    ),
+                )
+            except errors.StaleLease:
+                self.stale += 1  # the lease ran out before its start report arrived
+                return
             if self.job_s > 0:
                 await asyncio.sleep(self.job_s)  # the simulated job's run time
             self.finishing.add(claim.job_id)
@@ -349,12 +438,33 @@ class SimRunner:
         await self.driver.fetch("SELECT 1", timeout=5)  # as the LISTEN session's ping
 
 
+def runner_id(prefix: str, i: int) -> RunnerId:
+    """The id of `start_fleet`'s i-th runner (what a gateway's token is made for)."""
+    return RunnerId(f"{prefix}{i}/runner")
+
+
 async def start_fleet(
-    dsn: str, count: int, *, prefix: str, lane: str, slots: int, **options: Any
+    dsn: str,
+    count: int,
+    *,
+    prefix: str,
+    lane: str,
+    slots: int,
+    apis: list[tuple[str, str]] | None = None,
+    **options: Any,
 ) -> list[SimRunner]:
-    """`count` connected, registered runners named prefix0, prefix1, ... (not serving)."""
+    """`count` connected, registered runners named prefix0, prefix1, ... (not serving);
+    through a gateway each, when `apis` gives each its URL and token."""
     fleet_ = [
-        SimRunner(dsn, node=f"{prefix}{i}", lane=lane, slots=slots, **options) for i in range(count)
+        SimRunner(
+            dsn,
+            node=runner_id(prefix, i).partition("/")[0],
+            lane=lane,
+            slots=slots,
+            api=apis[i] if apis is not None else None,
+            **options,
+        )
+        for i in range(count)
     ]
     await asyncio.gather(*(r.connect() for r in fleet_))
     return fleet_
@@ -399,6 +509,10 @@ class Serving:
         for r in self.fleet:
             r.driver.claims.clear()
             r.driver.refills.clear()
+
+    def retried(self) -> int:
+        """Calls sent again after a lost reply, across the fleet (through a gateway)."""
+        return sum(r.driver.retried for r in self.fleet)
 
     def stale(self) -> tuple[int, int]:
         """Across the fleet: fenced writes answered stale (must be 0), and heartbeats

@@ -251,10 +251,19 @@ def test_plots_are_written_from_a_report(tmp_path: Path) -> None:
     from fleetq_bench import scale_plots as plots
 
     claim = {"n": 3, "p50": 1.0, "p95": 2.0, "p99": 3.0}
-    steps = [
-        {"runners": n, "claim_calls_per_s": 10.0 * n, "jobs_per_s": 20.0 * n, "claim_ms": claim}
+    steps: list[dict[str, Any]] = [
+        {
+            "runners": n,
+            "via": via,
+            "claim_calls_per_s": 10.0 * n,
+            "jobs_per_s": 20.0 * n,
+            "claim_ms": claim,
+            "server_connections": {"max": n, "mean": n},
+        }
+        for via in ("direct", "gateways")
         for n in (1, 10)
     ]
+    steps.append({"runners": 1000, "via": "direct", "stopped": "needs 1000 connections"})
     probe = {"finished_jobs": 0, "claim_ms": claim}
     report = {"steps": steps, "history": {"before": probe, "after": probe}}
     written = plots.write(report, tmp_path / "plots")

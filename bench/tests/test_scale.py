@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fleetq_bench import checkjobs, scale
+from fleetq_bench.pgbouncer import installed as pgbouncer_installed
 
 pytestmark = pytest.mark.slow
 
@@ -78,6 +79,30 @@ def test_scale_benchmark_small(server_dsn: str, tmp_path: Path) -> None:
         # the test server's login is a superuser, so auto_explain is there to read
         assert probe["explain"]["shared_hit"] > 0
         assert "jobs_queued" in probe["explain"]["candidates_indexes"]
+
+
+def test_scale_benchmark_direct_and_through_gateways(server_dsn: str) -> None:
+    """Both ways in, one run: the same bursts drained directly and through two `fleetq
+    api` processes (their pools through PgBouncer when it is installed), each with its
+    server connections and idle cost."""
+    bouncer = ["--pgbouncer"] if pgbouncer_installed() else []
+    argv = ["--runners", "3", "--jobs", "60", "--warmup", "0", "--history", "0"]
+    argv += ["--idle-seconds", "1", "--idle-settle", "0.5", "--via", "direct,gateways"]
+    report = scale.run(server_dsn, _args(scale.add_arguments, [*argv, *bouncer]))
+    json.dumps(report)
+    assert [(s["via"], s["runners"]) for s in report["steps"]] == [
+        ("direct", 3),
+        ("gateways", 3),
+    ]
+    for step in report["steps"]:
+        assert step["jobs"] == step["succeeded"] == 60, step
+        assert step["stale_writes"] == 0
+        _percentiles_sane(step["claim_ms"])
+    direct, gateways = report["steps"]
+    assert direct["server_connections"]["max"] == 3  # a connection per simulated runner
+    # two gateways' pools (10 each at most) and their LISTEN sessions, whatever the fleet
+    assert 2 <= gateways["server_connections"]["max"] <= 2 * 10 + 2
+    assert [i["via"] for i in report["idles"]] == ["direct", "gateways"]
 
 
 def test_check_jobs_benchmark_small(server_dsn: str) -> None:

@@ -117,3 +117,12 @@ SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') AS wait, count(*) A
 FROM pg_stat_activity
 WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()
 GROUP BY 1;
+
+-- name: bench_scale_sessions
+-- The server connections open to this database now, the sampling session left out: a
+-- direct fleet's own, or the gateways' pools (through PgBouncer: its server connections)
+-- and their LISTEN sessions.
+SELECT count(*) AS n
+FROM pg_stat_activity
+WHERE datname = current_database() AND backend_type = 'client backend'
+  AND pid <> pg_backend_pid();
