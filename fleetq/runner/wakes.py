@@ -9,8 +9,9 @@ gateway out of reach meanwhile costs what a lost LISTEN connection costs: the la
 The runner id: a direct runner holds it with its LISTEN session; here it is held for
 HOLD_S (`fleetq.hold_runner_id`) and renewed every third of that. The holder is named by
 this node and runner directory, which the pidfile keeps to one process: a restart here
-takes its hold back at once, and a second process elsewhere with the same token is
-refused (`RunnerIdInUse`, naming the holder) until the hold has run out. A renewal that
+takes its hold back at once, a clean stop shortens the hold to RELEASE_S, and a second
+process elsewhere with the same token is refused (`RunnerIdInUse`, naming the holder)
+until the hold has run out. A renewal that
 finds another holder displaces this process, as a direct runner's does.
 """
 
@@ -30,12 +31,14 @@ from fleetq.runner.remote import ApiDriver
 log = logging.getLogger("fleetq.runner.service")
 
 HOLD_S = 30  # a runner id held through the API frees this long after its last renewal
+RELEASE_S = 5  # and this long after a clean stop (the shortest hold there is)
 
 
 class ApiControl(Control):
     """`Control` whose notices come from the gateway (`GET /v1/runner/wake`)."""
 
     api: ApiDriver
+    displaced = False  # another process holds the id now: its hold is not this one's
 
     async def connect_listener(self) -> Listener:
         """Hold the runner id (there is no connection to open)."""
@@ -66,6 +69,20 @@ class ApiControl(Control):
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self._hold_on())
             await self._follow()
+        if self.done.is_set() and not self.displaced:
+            await self._let_go()
+
+    async def _let_go(self) -> None:
+        """At a clean stop (every run ended, every lease given back: `done`), shorten the
+        hold to RELEASE_S, so a process elsewhere may take the id in seconds, not HOLD_S."""
+        try:
+            await self.api.fetch(
+                queries.sql("runners_hold_identity"), self.runner, self.holder(), RELEASE_S
+            )
+        except Exception as exc:
+            if (error := loops.environmental(exc)) is None:
+                raise
+            log.info("could not shorten the hold on runner id %s (%s)", self.runner, error)
 
     async def _hold_on(self) -> None:
         """Renew the hold every third of HOLD_S; another holder displaces this process."""
@@ -73,6 +90,7 @@ class ApiControl(Control):
             try:
                 await self.hold()
             except RunnerIdInUse as exc:
+                self.displaced = True
                 self.displaced_by(exc)
                 return
             except Exception as exc:

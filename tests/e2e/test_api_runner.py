@@ -24,8 +24,9 @@ from fleetq.core.embeddedtls import Certificate
 from fleetq.core.models import FencingToken, JobId, Outcome, OutcomeReport, RunnerId
 from fleetq.runner.remote import ApiDriver
 from fleetq.runner.reporter import MAX_BATCH
+from fleetq.runner.wakes import HOLD_S, RELEASE_S
 from tests import pgbouncer
-from tests.e2e.conftest import Repo, RunnerProcess, StartRunner, job_state, wait_until
+from tests.e2e.conftest import Repo, RunnerProcess, StartRunner, job_state, stop, wait_until
 from tests.e2e.test_runner import _submit
 from tests.integration.conftest import login_dsn
 from tests.integration.test_api import serving
@@ -162,6 +163,33 @@ def test_a_runner_token_acts_as_its_runner_only_and_in_one_process(
     wait_until(lambda: first.proc.poll() is not None, what="the displaced runner to stop")
     assert first.proc.returncode == 1, first.output()
     assert "no longer owns it" in first.output()
+
+
+def test_a_clean_stop_lets_the_runner_id_go_in_seconds(
+    fleet_dsn: str, gateway: str, start_runner: StartRunner, tmp_path: Path
+) -> None:
+    """A runner through the API that stops cleanly (every run ended, every lease given
+    back) shortens its hold to RELEASE_S: a process elsewhere serves seconds later, not
+    HOLD_S after the last renewal."""
+    token = _token(fleet_dsn, tmp_path, "runner", "node-a/r")
+    via = ("--api", gateway, "--token-file", str(token))
+    first = start_runner(via=via)
+    stop(first)
+    assert first.proc.returncode == 0, first.output()
+
+    def left() -> float:
+        with connect(fleet_dsn, autocommit=True) as conn:
+            row = conn.execute(
+                b"SELECT extract(epoch FROM holder_until - clock_timestamp())::float8 "
+                b"FROM fleetq.coordination WHERE name = 'runner:node-a/r'"
+            ).fetchone()
+        assert row is not None
+        return float(str(row[0]))
+
+    assert left() <= RELEASE_S < HOLD_S
+    wait_until(lambda: left() <= 0, what="the shortened hold to run out")
+    second = start_runner(via=via, extra=("--work-dir", str(tmp_path / "elsewhere")))
+    assert second.proc.poll() is None, second.output()
 
 
 def test_the_runner_endpoints_serve_runner_tokens_and_runner_statements_only(
