@@ -9,15 +9,20 @@ one connection; each call acts for its own token (`tokens_act_for` before it), s
 protocol function decides exactly as it would for that call alone, and a token that is
 not a runner's is refused on its own without touching the others.
 
-One rule for failure: a batch that fails anywhere (a revoked token, an argument the
-server cannot take, a lock timeout, a commit that did not happen) is rolled back whole
-and each of its calls is run alone, so each gets the answer it would have got alone and
-nothing of the others is lost. The database out of reach fails them all at once (running
-each alone could only fail again). A call's answer is sent after the batch commits, so an
-ambiguous reply is the same as alone: the runner retries and the protocol says "already".
+One rule for failure: a call that fails in a batch (a revoked token, an argument the
+server cannot take, its own timeout, a lock it would wait for: a batch waits 0.5 s for a
+lock at most) rolls the batch back whole, and each of its calls is run alone, so each
+gets the answer it would have got alone and nothing of the others is lost; the token
+whose call failed is not batched for a minute, so it cannot make every batch run twice.
+Only a token this process has seen answered lately is batched at all: a first call, or a
+token nobody knows, runs alone. The database out of reach (no connection, no commit) fails
+them all at once: running each alone could only fail again. A call's answer is sent after
+the batch commits, so an ambiguous reply is the same as alone: the runner retries and the
+protocol says "already".
 
 Calls of the shared passes (the reaper's, the next retry's) that name no runner run once
-per batch; the others in that batch get what a runner that was not the leader gets.
+per batch, whatever their arguments; the others in that batch get what a runner that was
+not the leader gets.
 """
 
 from __future__ import annotations
@@ -73,11 +78,18 @@ CHECK_ONLY = ""  # a call's name when only its token is checked (a wake-up poll)
 # names, job numbers); a revoked token hears those for this long at most
 CHECKED_S = 60.0
 _CHECKED_MAX = 100_000  # tokens remembered at most (forgotten all at once beyond)
+SET_ASIDE_S = 60.0  # a token whose call failed in a batch runs alone this long
+LOCK_WAIT = "500ms"  # a batch's lock_timeout: a call that would wait longer runs alone
+MIN_TIMEOUT_S = 1.0  # a batched statement's timeout at least (a caller's own is for it)
 
 log = logging.getLogger("fleetq.api")
 
 Run = Callable[[AsyncpgDriver, str, list[Any], float], Awaitable[list[dict[str, Any]]]]
 Alone = Callable[[str, str, list[Any], float], Awaitable[tuple[Caller, list[dict[str, Any]]]]]
+
+
+class _CallFailed(Exception):
+    """A call's own statement failed: the batch is rolled back and each call runs alone."""
 
 
 @dataclass
@@ -120,13 +132,24 @@ class Batches:
         self.calls = 0
         self.run_alone = 0  # calls of failed batches, run alone
         self.checked: dict[bytes, tuple[Caller, float]] = {}  # token digest: who, when
+        self.set_aside: dict[bytes, float] = {}  # token digest: until when it runs alone
+        self.settling: list[_Call] = []  # the batch in flight
+        self.closed = False
 
     def recently_checked(self, token: str) -> Caller | None:
-        """Who `token` stands for, if a call of it was answered within CHECKED_S."""
-        seen = self.checked.get(_digest(token))
-        if seen is None or time.monotonic() - seen[1] > CHECKED_S:
+        """Who `token` stands for, if a call of it was answered within CHECKED_S (and
+        none of its calls failed in a batch within SET_ASIDE_S)."""
+        key = _digest(token)
+        seen = self.checked.get(key)
+        now = time.monotonic()
+        if seen is None or now - seen[1] > CHECKED_S or self.set_aside.get(key, 0) > now:
             return None
         return seen[0]
+
+    def batchable(self, token: str, name: str, args: list[Any]) -> bool:
+        """Whether this call waits for a batch: a routine one, of a routine size, of a
+        token answered lately (`batched`, `recently_checked`)."""
+        return batched(name, args) and self.recently_checked(token) is not None
 
     def _checked(self, token: str, caller: Caller) -> None:
         if len(self.checked) >= _CHECKED_MAX:
@@ -137,6 +160,8 @@ class Batches:
         self, token: str, name: str, args: list[Any], timeout_s: float
     ) -> tuple[Caller, list[dict[str, Any]]]:
         """The rows of `name` for the runner of `token`, and who that is."""
+        if self.closed:
+            raise errors.ConnectionFailed("the API is shutting down")
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self._flush_forever(), name="runner call batches")
         entry = _Call(token, name, args, timeout_s)
@@ -157,12 +182,14 @@ class Batches:
         return caller, rows
 
     async def close(self) -> None:
+        """Stop batching; every call not answered yet is told the API is going away."""
+        self.closed = True
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
-        for entry in self.pending:
-            entry.answer.cancel()
+        for entry in [*self.settling, *self.pending]:
+            _give(entry, errors.ConnectionFailed("the API is shutting down"))
 
     async def _flush_forever(self) -> None:
         while True:
@@ -174,12 +201,18 @@ class Batches:
                 self.arrived.clear()
             if len(self.pending) < self.max_calls:
                 self.full.clear()
+            batch = [e for e in batch if not e.answer.done()]  # whose client is still there
+            if not batch:
+                continue
+            self.settling = batch
             try:
                 await self._settle(batch)
             except Exception:  # a bug here must not leave runners waiting for ever
                 log.exception("a batch of %d runner calls failed", len(batch))
                 for entry in batch:
                     _give(entry, errors.FleetqError("the batch failed"))
+            finally:
+                self.settling = []
 
     async def _settle(self, batch: list[_Call]) -> None:
         self.batches += 1
@@ -188,11 +221,13 @@ class Batches:
         try:
             answers = await self._together(batch)
         except (errors.ConnectionFailed, errors.DatabaseBusy) as exc:
+            # no connection, or no commit: alone, each could only fail the same way
             for entry in batch:
                 _give(entry, exc)
             return
-        except Exception as exc:
-            log.debug("a batch of %d runner calls failed (%s); each runs alone", len(batch), exc)
+        except Exception as exc:  # a call's own failure (_CallFailed), or the token check's
+            cause = exc.__cause__ if isinstance(exc, _CallFailed) else exc
+            log.debug("a batch of %d runner calls failed (%s); each runs alone", len(batch), cause)
             self.run_alone += len(batch)
             await asyncio.gather(*(self._alone(entry) for entry in batch))
             return
@@ -209,31 +244,44 @@ class Batches:
     ) -> list[tuple[Caller, list[dict[str, Any]]] | BaseException]:
         """Every call of `batch` in one transaction: its answers once it has committed."""
         answers: list[tuple[Caller, list[dict[str, Any]]] | BaseException] = []
-        shared: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        shared: dict[str, list[dict[str, Any]]] = {}
         with mapped_errors():
             async with self.connection() as driver:
+                await driver.fetch(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
                 for entry in batch:
-                    (who,) = await driver.fetch(queries.sql("tokens_act_for"), entry.token)
-                    caller = Caller(kind=who["kind"], identity=who["subject"])
-                    if caller.kind != "runner":
-                        answers.append(not_a_runner(caller))
-                        continue
-                    if entry.name == CHECK_ONLY:
-                        answers.append((caller, []))
-                        continue
-                    key = (entry.name, repr(entry.args))
-                    if entry.name in SHARED and key in shared:
-                        answers.append((caller, SHARED[entry.name](shared[key])))
-                        continue
-                    rows = await self.run(driver, entry.name, entry.args, entry.timeout_s)
-                    shared[key] = rows
-                    answers.append((caller, rows))
+                    try:
+                        answers.append(await self._one(driver, entry, shared))
+                    except Exception as exc:
+                        raise _CallFailed from exc  # out of the transaction: rolled back
         return answers
+
+    async def _one(
+        self, driver: AsyncpgDriver, entry: _Call, shared: dict[str, list[dict[str, Any]]]
+    ) -> tuple[Caller, list[dict[str, Any]]] | BaseException:
+        """One call of a batch, acting for its own token."""
+        (who,) = await driver.fetch(queries.sql("tokens_act_for"), entry.token)
+        caller = Caller(kind=who["kind"], identity=who["subject"])
+        if caller.kind != "runner":
+            return not_a_runner(caller)
+        if entry.name == CHECK_ONLY:
+            return caller, []
+        if entry.name in SHARED and entry.name in shared:
+            return caller, SHARED[entry.name](shared[entry.name])
+        timeout_s = max(entry.timeout_s, MIN_TIMEOUT_S)
+        rows = await self.run(driver, entry.name, entry.args, timeout_s)
+        if entry.name in SHARED:
+            shared[entry.name] = rows
+        return caller, rows
 
     async def _alone(self, entry: _Call) -> None:
         try:
             _give(entry, await self.alone(entry.token, entry.name, entry.args, entry.timeout_s))
         except Exception as exc:
+            # its token runs alone for a while: a call that fails every time must not
+            # make every batch run twice
+            self.set_aside[_digest(entry.token)] = time.monotonic() + SET_ASIDE_S
+            if len(self.set_aside) >= _CHECKED_MAX:
+                self.set_aside.clear()
             _give(entry, exc)
 
 

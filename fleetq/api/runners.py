@@ -79,7 +79,7 @@ def add_runner_routes(app: FastAPI, notices: Notices, runs: Batches) -> None:
         rows: list[dict[str, Any]] = []
         if name == batches.CHECK_ONLY and (known := runs.recently_checked(token)):
             caller = known
-        elif batches.batched(name, args):
+        elif runs.batchable(token, name, args):
             caller, rows = await runs.call(token, name, args, timeout_s)
         else:
             caller, rows = await runs.at_once(token, name, args, timeout_s)

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import pytest
 
 from fleetq.api.batches import CHECK_ONLY, Batches, batched
@@ -130,8 +131,11 @@ async def test_the_reaper_runs_once_a_batch(
     runners = [await fleet.runner(driver, f"p{i}", node=f"node-p{i}") for i in range(3)]
     secrets = [_token(sync_conn, "runner", r) for r in runners]
     reap = "lease_reap"
-    answers = await asyncio.gather(
-        *(runs.call(s, reap, [wire.encode(1000), wire.encode(None)], 10) for s in secrets)
+    answers = await asyncio.gather(  # its arguments differ: still one pass a batch
+        *(
+            runs.call(s, reap, [wire.encode(1000 - i), wire.encode(None)], 10)
+            for i, s in enumerate(secrets)
+        )
     )
     assert runs.batches == 1
     leaders = [rows[0]["leader"] for _, rows in answers]
@@ -146,3 +150,79 @@ def test_a_heavy_routine_call_runs_alone() -> None:
     assert not batched("lease_heartbeat", _beat(runner, list(range(20_000)), [1] * 20_000))
     assert not batched("lease_claim", [])  # never waits: its latency is the queue's
     assert batched(CHECK_ONLY, [])
+
+
+async def test_one_calls_lock_wait_or_tiny_timeout_costs_the_others_nothing(
+    runs: Batches, driver: Driver, sync_conn: SyncConnection, db_dsn: str
+) -> None:
+    """A heartbeat asking for a microsecond's timeout gets a second in a batch (it failed
+    every call with it); a hold renewal that would wait on a row held elsewhere (a direct
+    runner taking the id, another gateway's batch) in one batch with good heartbeats: the
+    good ones are answered after the batch's short lock wait, each as it would be alone,
+    and the waiting one once the row is free."""
+    fleet.operations(sync_conn)
+    (a, job_a, v_a), (b, job_b, v_b) = [
+        await _runner_with_a_lease(driver, name) for name in ("la", "lb")
+    ]
+    secret_a, secret_b = _token(sync_conn, "runner", a), _token(sync_conn, "runner", b)
+    tiny = await asyncio.gather(  # a microsecond asked: a batched statement has a second
+        runs.call(secret_a, HEARTBEAT, _beat(a, [job_a], [v_a]), 1e-6),
+        runs.call(secret_b, HEARTBEAT, _beat(b, [job_b], [v_b]), 10),
+    )
+    assert [[r["status"] for r in rows] for _, rows in tiny] == [["ok"]] * 2
+    assert runs.run_alone == 0
+    hold = "runners_hold_identity"
+    await runs.call(secret_b, hold, [wire.encode(b), "bench", wire.encode(30)], 10)
+    holder = await asyncpg.connect(db_dsn)
+    try:
+        blocker = holder.transaction()
+        await blocker.start()
+        await holder.execute(
+            "SELECT 1 FROM fleetq.coordination WHERE name = $1 FOR UPDATE", f"runner:{b}"
+        )
+        waiting = asyncio.ensure_future(
+            runs.call(secret_b, hold, [wire.encode(b), "bench", wire.encode(30)], 30)
+        )
+        quick = await asyncio.wait_for(
+            asyncio.gather(
+                runs.call(secret_a, HEARTBEAT, _beat(a, [job_a], [v_a]), 10),
+                runs.call(secret_b, HEARTBEAT, _beat(b, [job_b], [v_b]), 10),
+            ),
+            timeout=20,
+        )
+        assert [[r["status"] for r in rows] for _, rows in quick] == [["ok"]] * 2
+        assert runs.run_alone == 3  # the batch met the lock: each of its calls ran alone
+        assert not waiting.done()  # alone, it waits for the row as it would have
+        await blocker.rollback()
+        (_, rows) = await asyncio.wait_for(waiting, timeout=20)
+        assert rows[0]["taken"] is True
+    finally:
+        await holder.close()
+
+
+async def test_only_tokens_answered_lately_are_batched_and_close_answers_everyone(
+    runs: Batches, driver: Driver, sync_conn: SyncConnection
+) -> None:
+    """A token nobody knows never enters a batch (it would roll back everyone's); one
+    whose call failed in a batch runs alone for a while; close() tells every waiting call
+    that the API is going away."""
+    fleet.operations(sync_conn)
+    runner = await fleet.runner(driver, "known", node="node-known")
+    secret = _token(sync_conn, "runner", runner)
+    state = [wire.encode(runner)]
+    assert not runs.batchable("fq_nobody", CHECK_ONLY, [])
+    assert not runs.batchable(secret, "runners_get_state", state)  # not answered yet
+    await runs.at_once(secret, "runners_get_state", state, 10)
+    assert runs.batchable(secret, "runners_get_state", state)
+    # a call of its that fails in a batch: the batch runs alone, the token is set aside
+    failed = await asyncio.gather(
+        runs.call(secret, "lease_reap", [wire.encode(10), wire.encode("2030-01-01")], 10),
+        return_exceptions=True,
+    )
+    assert isinstance(failed[0], errors.FleetqError), failed
+    assert not runs.batchable(secret, "runners_get_state", state)
+    waiting = asyncio.ensure_future(runs.call(secret, "runners_get_state", state, 10))
+    await asyncio.sleep(0)  # let it join the pending batch (not a synchronisation)
+    await runs.close()
+    with pytest.raises(errors.ConnectionFailed, match="shutting down"):
+        await asyncio.wait_for(waiting, timeout=10)
