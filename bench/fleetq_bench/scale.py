@@ -218,13 +218,11 @@ async def _sweep_and_idle(db: str, args: argparse.Namespace) -> dict[str, Any]:
 async def _direct_stops(observer: Driver, n: int, args: argparse.Namespace) -> str | None:
     """Why `n` direct runners cannot run here (a connection each is more than the server
     has free), when gateways are measured too; alone, direct asks for the room it needs."""
-    what = f"{n} direct runners"
-    if args.via == ["direct"]:
-        await harness.require_connections(observer, n + OWN_CONNECTIONS, what=what)
-        return None
     try:
-        await harness.require_connections(observer, n + OWN_CONNECTIONS, what=what)
+        await harness.require_connections(observer, n + OWN_CONNECTIONS, what=f"{n} direct runners")
     except harness.BenchError as exc:
+        if args.via == ["direct"]:
+            raise
         return str(exc)
     return None
 

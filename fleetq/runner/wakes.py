@@ -52,10 +52,10 @@ class ApiControl(Control):
         where = hashlib.sha256(str(self.config.directory().resolve()).encode()).hexdigest()
         return f"fleetq-runner --api on {socket.gethostname()[:100]} in {where[:12]}"
 
-    async def hold(self) -> None:
-        """Hold the runner id for HOLD_S more, or raise `RunnerIdInUse`."""
+    async def hold(self, seconds: int = HOLD_S) -> None:
+        """Hold the runner id for `seconds` more, or raise `RunnerIdInUse`."""
         (row,) = await self.api.fetch(
-            queries.sql("runners_hold_identity"), self.runner, self.holder(), HOLD_S
+            queries.sql("runners_hold_identity"), self.runner, self.holder(), seconds
         )
         if not row["taken"]:
             left = f", for {row['left_s']:.0f}s more" if row["left_s"] is not None else ""
@@ -76,9 +76,9 @@ class ApiControl(Control):
         """At a clean stop (every run ended, every lease given back: `done`), shorten the
         hold to RELEASE_S, so a process elsewhere may take the id in seconds, not HOLD_S."""
         try:
-            await self.api.fetch(
-                queries.sql("runners_hold_identity"), self.runner, self.holder(), RELEASE_S
-            )
+            await self.hold(RELEASE_S)
+        except RunnerIdInUse:
+            return  # another process holds it already: nothing of this one's to shorten
         except Exception as exc:
             if (error := loops.environmental(exc)) is None:
                 raise
