@@ -100,7 +100,19 @@ def single_calls(
         job, token = next(taken)
         conn.execute(
             outcome,
-            [runner, [job], [token], ["succeeded"], [0], [None], [""], [None], [None], [None]],
+            [
+                runner,
+                [job],
+                [token],
+                ["succeeded"],
+                [0],
+                [None],
+                [""],
+                [None],
+                [None],
+                [None],
+                [None],
+            ],
         ).fetchall()
 
     measure("outcome 1", pid, calls, complete_one)
@@ -182,6 +194,7 @@ def cycle_call(
                 "checks",
                 batch,
                 uuid.uuid4(),
+                none,
             ],
         ).fetchall()
         held[:] = [(r[1], r[3]) for r in rows if r[0] == "claim"]

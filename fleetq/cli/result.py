@@ -8,6 +8,7 @@ until no check has a live job; the other job commands only report.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -19,8 +20,10 @@ from fleetq.cli.common import (
 )
 from fleetq.cli.exits import DECISION_EXIT, Exit
 from fleetq.cli.output import emit_json, table
-from fleetq.core import readers, waiting
+from fleetq.core import provenance, readers, waiting
 from fleetq.core.db import connect, resolve_dsn
+from fleetq.core.driver import Driver
+from fleetq.core.errors import NotFound
 from fleetq.core.models import (
     VERDICTS,
     JobId,
@@ -60,6 +63,14 @@ def _result(commands: Commands) -> None:
         "then answer: a CI gate's one line",
     )
     p.add_argument(
+        "--diff",
+        metavar="OTHER",
+        help="what differed besides the commit between each verdict here and OTHER's: "
+        "a job id (another verdict of one check, say a rerun on another runner) or another "
+        "commit (each operation's newest verdict there); tool versions, runner, machine, "
+        "lockfiles, staging, the operation's definition, test counts",
+    )
+    p.add_argument(
         "--timeout",
         type=seconds_arg,
         metavar="S",
@@ -70,6 +81,8 @@ def _result(commands: Commands) -> None:
 
 
 def _do_result(args: argparse.Namespace) -> int:
+    if args.diff is not None:
+        return _do_diff(args)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     while True:
         answers = run(
@@ -91,15 +104,19 @@ def _do_result(args: argparse.Namespace) -> int:
     else:
         print(
             table(
-                ["operation", "verdict", "job", "exit", "reason", "newer job"],
+                ["operation", "verdict", "job", "exit", "reason", "tests", "newer job"],
                 [
-                    [a.operation, a.status, a.job_id, a.exit_code, a.reason, _newer(a)]
+                    [a.operation, a.status, a.job_id, a.exit_code, a.reason, _tests(a), _newer(a)]
                     for a in answers
                 ],
             )
         )
     if args.verbose and not args.json:
         for a in answers:
+            if a.status in VERDICTS:
+                print(f"\n── {escape(a.operation)}: what it rests on besides the commit ──")
+                for line in provenance.lines(a.provenance):
+                    print(escape(line))
             if a.log_tail:
                 print(f"\n── {escape(a.operation)}: the end of its output (job {a.job_id}) ──")
                 print(escape(a.log_tail.rstrip("\n"), one_line=False))
@@ -110,6 +127,68 @@ def _do_result(args: argparse.Namespace) -> int:
         print(f"fleetq: timed out waiting; job {jobs} has decided nothing yet", file=sys.stderr)
         return Exit.NOT_YET
     return DECISION_EXIT[decision(answers)]
+
+
+def _tests(answer: ResultAnswer) -> str:
+    return provenance.tests_line((answer.provenance or {}).get("tests"))
+
+
+def _do_diff(args: argparse.Namespace) -> int:
+    """`--diff OTHER`: per verdict here, what differs in OTHER's (a job, or a commit)."""
+    other: str = args.diff
+    by_job = other.isdigit() and len(other) < 20
+
+    async def read(d: Driver) -> list[provenance.VerdictDiff]:
+        here = await readers.result(
+            d, project=args.project, commit=args.commit, operation=args.operation
+        )
+        if by_job:
+            theirs = await readers.verdict(d, int(other))
+            if theirs is None:
+                raise NotFound(f"job {other} has no verdict (yet)")
+            jobs = {theirs.operation: theirs.job_id}
+        else:
+            there = await readers.result(
+                d, project=args.project, commit=other, operation=args.operation
+            )
+            jobs = {a.operation: a.job_id for a in there if a.status in VERDICTS and a.job_id}
+        found = []
+        for a in here:
+            if a.status not in VERDICTS or a.job_id is None or (by_job and a.operation not in jobs):
+                continue
+            b = await readers.verdict(d, jobs[a.operation]) if a.operation in jobs else None
+            mine = (a.job_id, a.status, a.provenance)
+            found.append(
+                provenance.compare(
+                    a.operation, mine, None if b is None else (b.job_id, b.verdict, b.provenance)
+                )
+            )
+        return found
+
+    found = run(args, read)
+    if args.json:
+        emit_json(found)
+    elif not found:
+        what = f"{escape(args.project)} at {escape(args.commit)}"
+        print(f"fleetq: no verdict of {what} to compare with {escape(other)}", file=sys.stderr)
+        return Exit.NOT_YET
+    for f in [] if args.json else found:
+        if f.other_job is None:
+            print(f"{escape(f.operation)}: job {f.job} ({f.verdict}); none at {escape(other)}")
+            continue
+        print(
+            f"{escape(f.operation)}: job {f.job} ({f.verdict}) against job {f.other_job} "
+            f"({f.other_verdict})"
+        )
+        if not f.differences:
+            print("  nothing recorded differs")
+        for d in f.differences:
+            print(f"  {escape(d.what)}: {escape(_shown(d.this))} → {escape(_shown(d.other))}")
+    return Exit.OK
+
+
+def _shown(value: object) -> str:
+    return "(none)" if value is None else value if isinstance(value, str) else json.dumps(value)
 
 
 def _live_job(answer: ResultAnswer) -> JobId | None:

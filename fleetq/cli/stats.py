@@ -89,6 +89,17 @@ def _do_stats(args: argparse.Namespace) -> int:
         f"zombie writes refused: {figures.stale_rejections} "
         f"(and {figures.self_races} races with a runner's own outcome, benign)"
     )
+    if figures.flaky:
+        print("\nflaky tests (failed, then passed at the same commit):")
+        print(
+            table(
+                ["project", "operation", "test", "commits", "last passed"],
+                [
+                    [f.project, f.operation, f.test, f.commits, f"{f.last_passed_at:%F %H:%M}"]
+                    for f in figures.flaky
+                ],
+            )
+        )
     if figures.queue_wait:
         print("\nqueue wait (created -> claimed):")
         print(

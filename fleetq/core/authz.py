@@ -78,6 +78,7 @@ _OUTCOME = "text,bigint[],bigint[],text[],integer[],text[],text[],integer[],inte
 _OUTCOME_ARGS = "'{own}', ARRAY[{job}]::bigint[], ARRAY[1]::bigint[], ARRAY['succeeded'], "
 _OUTCOME_ARGS += "ARRAY[0], ARRAY[NULL::text], ARRAY['all tests passed'], ARRAY[1], ARRAY[1], "
 _OUTCOME_ARGS += "ARRAY[NULL::integer]"
+_FACTS = 'ARRAY[\'{{"environment": {{"runner": "{own}"}}}}\'::jsonb]'
 _ELIGIBILITY = (
     "text[],text,integer,integer,text,text[],text,boolean,integer,integer,integer,integer"
 )
@@ -101,6 +102,12 @@ MATRIX: tuple[Entry, ...] = (
     _runner(
         f"fleetq.complete_and_claim({_OUTCOME},text,integer,uuid)",
         f"fleetq.complete_and_claim({_OUTCOME_ARGS}, '{{lane}}', 1, NULL)",
+    ),
+    # with each verdict's provenance (0041): kept only with an outcome the fence accepts
+    _runner(f"fleetq.complete({_OUTCOME},jsonb[])", f"fleetq.complete({_OUTCOME_ARGS}, {_FACTS})"),
+    _runner(
+        f"fleetq.complete_and_claim({_OUTCOME},text,integer,uuid,jsonb[])",
+        f"fleetq.complete_and_claim({_OUTCOME_ARGS}, '{{lane}}', 1, NULL, {_FACTS})",
     ),
     _runner(
         "fleetq.report_lost(text,bigint,bigint,text)",
@@ -216,6 +223,7 @@ MATRIX: tuple[Entry, ...] = (
         dict.fromkeys((Kind.RUNNER, *_ALL_READERS), "reads the operations"),
         None,
     ),
+    _pure("fleetq.provenance_whole(jsonb)"),
     Entry(
         "fleetq.runner_timing()",
         dict.fromkeys((Kind.RUNNER, *_ALL_READERS), "reads the lease settings"),

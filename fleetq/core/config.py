@@ -155,6 +155,7 @@ def _op_row(project: str, name: str, op: OperationConfig) -> list[object]:
         op.timeout_seconds,
         json.dumps(op.limits.as_row()),
         json.dumps(op.retry.as_row()),
+        json.dumps(op.evidence.as_row()),
     ]
 
 

@@ -104,6 +104,49 @@ class RetryConfig(_Strict):
         return {} if self.max_attempts == 1 else self.model_dump()
 
 
+def _relative(value: str) -> str:
+    """A path (or glob) inside the job's tree: never absolute, never through `..`."""
+    if value.startswith("/") or ".." in value.split("/") or "\x00" in value:
+        raise ValueError(f"{value!r}: a path relative to the checkout, without '..'")
+    return value
+
+
+TreePath = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+ToolCommand = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class EvidenceConfig(_Strict):
+    """What a verdict of the operation records besides the commit (issue 47): the tool
+    versions (each command run once per runner start and again when its program's file
+    changes), the lockfiles hashed at the commit, the JUnit XML reports read after the
+    run (paths or globs in the checkout)."""
+
+    provenance: list[ToolCommand] = Field([], max_length=20)
+    lockfiles: list[TreePath] = Field([], max_length=50)
+    reports: list[TreePath] = Field([], max_length=20)
+
+    @field_validator("provenance")
+    @classmethod
+    def _commands(cls, value: list[str]) -> list[str]:
+        for command in value:
+            try:
+                if not shlex.split(command):
+                    raise ValueError(f"{command!r} names no program")
+            except ValueError as exc:
+                raise ValueError(f"{command!r}: cannot be split into words ({exc})") from None
+        return value
+
+    @field_validator("lockfiles", "reports")
+    @classmethod
+    def _inside(cls, value: list[str]) -> list[str]:
+        return [_relative(v) for v in value]
+
+    def as_row(self) -> dict[str, list[str]]:
+        """As stored (operations.evidence): only what is declared, so an operation that
+        declares nothing stores `{}` (and an older file applies again unchanged)."""
+        return {k: v for k, v in self.model_dump().items() if v}
+
+
 class OperationConfig(_Strict):
     """An operation a project allows: a shell command or an in-process handler."""
 
@@ -116,6 +159,17 @@ class OperationConfig(_Strict):
     timeout_seconds: int = Field(3600, ge=1, le=7 * 86_400)
     limits: LimitsConfig = LimitsConfig()
     retry: RetryConfig = RetryConfig()
+    # tool versions, lockfiles, test reports: `provenance = [...]` etc. beside `command`
+    provenance: list[ToolCommand] = Field([], max_length=20)
+    lockfiles: list[TreePath] = Field([], max_length=50)
+    reports: list[TreePath] = Field([], max_length=20)
+
+    @property
+    def evidence(self) -> EvidenceConfig:
+        """What its verdicts record besides the commit, checked as one."""
+        return EvidenceConfig(
+            provenance=self.provenance, lockfiles=self.lockfiles, reports=self.reports
+        )
 
     @field_validator("command")
     @classmethod
@@ -138,6 +192,9 @@ class OperationConfig(_Strict):
             raise ValueError("give exactly one of `command` or `handler`")
         if self.handler is not None and self.limits.as_row():
             raise ValueError("`limits` apply to command jobs (a handler runs in the runner)")
+        if self.handler is not None and (self.lockfiles or self.reports):
+            raise ValueError("`lockfiles` and `reports` are read from a command job's checkout")
+        self.evidence  # noqa: B018 -- checks the three lists (EvidenceConfig's validators)
         return self
 
     @property

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from fleetq.core import queries
 from fleetq.core.configschema import (
+    EvidenceConfig,
     FleetConfig,
     IdentityConfig,
     LaneConfig,
@@ -77,9 +78,20 @@ def current(conn: SyncConnection) -> FleetConfig:
     identities = {name: IdentityConfig(role=role) for name, role in rows("configview_identities")}
     projects: dict[str, ProjectConfig] = {}
     operations: dict[str, dict[str, OperationConfig]] = {}
-    for project, name, lane, command, handler, caps, memory, cpu, timeout, limits, retry in rows(
-        "configview_operations"
-    ):
+    for (
+        project,
+        name,
+        lane,
+        command,
+        handler,
+        caps,
+        memory,
+        cpu,
+        timeout,
+        limits,
+        retry,
+        evidence,
+    ) in rows("configview_operations"):
         operations.setdefault(project, {})[name] = OperationConfig(
             lane=lane,
             command=command,
@@ -90,6 +102,7 @@ def current(conn: SyncConnection) -> FleetConfig:
             timeout_seconds=timeout,
             limits=LimitsConfig.model_validate(limits or {}),
             retry=RetryConfig.model_validate(retry or {}),
+            **EvidenceConfig.model_validate(evidence or {}).model_dump(),
         )
     for name, repository, gate, description, cap in rows("configview_projects"):
         projects[name] = ProjectConfig(

@@ -42,6 +42,7 @@ docs/guarantees.md for what the fencing token does and does not buy.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -229,11 +230,21 @@ def _outcome_columns(outcomes: Sequence[OutcomeReport]) -> list[list[object]]:
     ]
 
 
+def _provenance_column(outcomes: Sequence[OutcomeReport]) -> list[str | None]:
+    """Each outcome's provenance as JSON text, the last array both functions take."""
+    return [None if o.provenance is None else json.dumps(o.provenance) for o in outcomes]
+
+
 async def complete_many(
     driver: Driver, *, runner: RunnerId, outcomes: Sequence[OutcomeReport]
 ) -> list[JobWrite]:
     """Record many outcomes in one round trip; the answer says which were stale."""
-    rows = await driver.fetch(queries.sql("lease_complete"), runner, *_outcome_columns(outcomes))
+    rows = await driver.fetch(
+        queries.sql("lease_complete"),
+        runner,
+        *_outcome_columns(outcomes),
+        _provenance_column(outcomes),
+    )
     return [JobWrite.model_validate(row) for row in rows]
 
 
@@ -257,6 +268,7 @@ async def complete_and_claim(
         lane,
         limit,
         claim_id,
+        _provenance_column(outcomes),
     )
     answers = [JobWrite.model_validate(r) for r in rows if r["kind"] == "outcome"]
     claims = await _usable(driver, runner, [r for r in rows if r["kind"] == "claim"])

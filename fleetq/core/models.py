@@ -152,6 +152,9 @@ class OutcomeReport(_Row):
     # When the process (or handler) ended, on this process's `time.monotonic()` clock:
     # sent as "milliseconds ago" so the database dates the end on its own clock.
     ended_monotonic: float | None = None
+    # what the verdict rests on besides the commit (fleetq/runner/provenance.py); None: not
+    # gathered (a refusal before anything ran)
+    provenance: dict[str, Any] | None = None
 
     @field_validator("reason", "log_tail")
     @classmethod
@@ -273,6 +276,8 @@ class Result(_Row):
     reason: str | None
     log_tail: str
     recorded_at: datetime
+    # what it rests on besides the commit (fleetq/core/provenance.py), None before 0041
+    provenance: dict[str, Any] | None = None
 
 
 class ResultAnswer(_Row):
@@ -290,6 +295,9 @@ class ResultAnswer(_Row):
     log_tail: str = ""  # the end of the run's output, as recorded with the verdict
     newer_job_id: JobId | None = None  # a newer job, live or cancelled, beside the verdict
     newer_state: JobState | None = None
+    # what the verdict rests on besides the commit: runner, machine, tools, lockfiles,
+    # staging, the operation as run, test counts (fleetq/core/provenance.py)
+    provenance: dict[str, Any] | None = None
 
 
 VERDICTS = ("passed", "failed", "error", "refused")  # what a check can decide

@@ -48,6 +48,13 @@ async def events(
     return [Event.model_validate(row) for row in rows]
 
 
+async def verdict(driver: Driver, job_id: int) -> Result | None:
+    """One job's verdict with its provenance; None when it decided nothing (yet)."""
+    (checked,) = validation.job_ids([job_id], "a job") or [job_id]
+    rows = await driver.fetch(queries.sql("jobs_verdict"), checked)
+    return Result.model_validate(rows[0]) if rows else None
+
+
 async def result(
     driver: Driver, *, project: str, commit: str, operation: str | None = None
 ) -> list[ResultAnswer]:
@@ -103,6 +110,7 @@ async def result(
                 reason=verdict.reason,
                 recorded_at=verdict.recorded_at,
                 log_tail=verdict.log_tail,
+                provenance=verdict.provenance,
                 newer_job_id=None if newer is None else newer["id"],
                 newer_state=None if newer is None else JobState(newer["state"]),
             )

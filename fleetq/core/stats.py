@@ -75,6 +75,19 @@ class Recovery(BaseModel):
     max_s: float | None
 
 
+class Flaky(BaseModel):
+    """A test that failed and then passed at one commit (its check's JUnit reports)."""
+
+    project: str
+    operation: str
+    test: str
+    commits: int  # where it flipped
+    last_passed_at: datetime
+
+
+FLAKY_SHOWN = 20
+
+
 class Stats(BaseModel):
     """`fleetq stats`."""
 
@@ -86,6 +99,7 @@ class Stats(BaseModel):
     recovery: Recovery
     stale_rejections: int  # zombie writes: the writer's lease had moved on
     self_races: int = 0  # refused writes that raced the writer's own committed outcome
+    flaky: list[Flaky] = []  # failed, then passed at the same commit: most commits first
 
 
 async def overlaps(
@@ -121,4 +135,8 @@ async def stats(driver: Driver, *, project: str | None = None) -> Stats:
         recovery=Recovery.model_validate(recovery),
         stale_rejections=int(stale["stale_rejections"]),
         self_races=int(stale["self_races"]),
+        flaky=[
+            Flaky.model_validate(r)
+            for r in await driver.fetch(queries.sql("stats_flaky"), project, FLAKY_SHOWN)
+        ],
     )

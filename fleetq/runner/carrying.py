@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from fleetq.core.models import Outcome
-from fleetq.runner import executor, gate, handover, tracing
+from fleetq.runner import executor, gate, handover, provenance, testreports, tracing
 from fleetq.runner.execution import Execution, Operation, Toolkit, run_name
 from fleetq.runner.handling import run_handler_job
 from fleetq.runner.jobuser import JobUser
@@ -43,6 +43,10 @@ async def _carry_out(ex: Execution, kit: Toolkit, trace: tracing.JobTrace) -> No
     if op is None:
         await record(ex, kit, executor.Finished(Outcome.REFUSED, reason="operation not registered"))
         return
+    ex.provenance = {
+        "environment": await kit.environment(op, executor.job_environment({})),
+        "definition": op.definition(),
+    }
     if op.handler is not None:
         with trace.step("run"):
             finished = await run_handler_job(ex, kit, op)
@@ -90,18 +94,26 @@ async def _run_command(
     """Stage, launch (as `user` when given), follow and record one command job."""
     claim = ex.claim
     t0 = time.monotonic()
+    facts = ex.provenance if ex.provenance is not None else {}
+    staged: dict[str, str] = {}
     try:
         with trace.step("stage"):
             tree = await kit.staging.stage(
-                repository=op.repository, commit=claim.commit_sha, name=name
+                repository=op.repository, commit=claim.commit_sha, name=name, facts=staged
             )
-    except CommitMissing as exc:
-        await record(ex, kit, executor.Finished(Outcome.REFUSED, reason=str(exc)))
-        return
-    except StagingFailed as exc:  # the fleet's failure, not the commit's: an error
+    except StagingFailed as exc:  # refused (no such commit) or the fleet's error
+        facts |= {"failed_input": "staging", "staging": {"failed": str(exc)}}
+        if isinstance(exc, CommitMissing):
+            await record(ex, kit, executor.Finished(Outcome.REFUSED, reason=str(exc)))
+            return
         failed = executor.Finished(Outcome.FAILED, reason=f"staging failed: {exc}")
         await record(ex, kit, failed)
         return
+    facts["staging"] = staged
+    if op.evidence.lockfiles:
+        facts["lockfiles"] = await asyncio.to_thread(
+            provenance.lockfiles, tree, op.evidence.lockfiles
+        )
     user_env: dict[str, str] = {}
     if user is not None:
         user_env = user.environment(await asyncio.to_thread(_give, kit, tree, user))
@@ -182,6 +194,13 @@ async def _launch(
             await asyncio.wait_for(shipping, SHIP_FINAL_S)
         except TimeoutError:
             log.warning("output of job=%d: the rest stays in %s", claim.job_id, log_path)
+    if ex.provenance is not None:
+        if (finished.reason or "").startswith("launch failed"):
+            ex.provenance["failed_input"] = "command"
+        if op.evidence.reports and finished.outcome is not None:
+            ex.provenance["tests"] = await asyncio.to_thread(
+                testreports.read, tree, op.evidence.reports
+            )
     await record(ex, kit, finished, prepare_ms=prepare_ms)
     if finished.outcome is not None:
         kit.journal.ended(claim.job_id, claim.lease_version)

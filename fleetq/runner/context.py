@@ -4,11 +4,12 @@ to the database that commits only while this runner still holds the lease."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -40,6 +41,9 @@ class JobContext:
     # told of a renewal made inside a transaction: (when it was sent, on
     # `time.monotonic()`; the lease's seconds left)
     renewed: Callable[[float, float | None], None] = lambda _sent, _left: None
+    # what the verdict rests on (runner/provenance.py): an outcome written in the
+    # handler's own transaction carries it too
+    provenance: dict[str, Any] | None = None
 
     @property
     def token(self) -> int:
@@ -203,6 +207,7 @@ class JobContext:
             [None],
             [None],
             [0],  # it ends with this commit: a measured end, now
+            [json.dumps(self.provenance) if self.provenance is not None else None],
         )
 
 

@@ -15,12 +15,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
 from fleetq.core.driver import Driver
 from fleetq.core.models import Claim, RunnerId, StartReport
-from fleetq.runner import executor, tracing
+from fleetq.runner import executor, provenance, tracing
 from fleetq.runner.context import JobContext
 from fleetq.runner.jobuser import JobUsers
 from fleetq.runner.journal import Journal
@@ -37,6 +38,17 @@ class Operation:
     timeout_s: int
     repository: str
     limits: executor.Limits = field(default_factory=lambda: executor.Limits())
+    evidence: provenance.Evidence = field(default_factory=lambda: provenance.Evidence())
+
+    def definition(self) -> dict[str, Any]:
+        """The operation as run, for the verdict's provenance."""
+        return provenance.definition(
+            command=self.command,
+            handler=self.handler,
+            timeout_s=self.timeout_s,
+            limits=self.limits.as_row(),
+            evidence=self.evidence,
+        )
 
 
 @dataclass
@@ -73,6 +85,8 @@ class Execution:
     # that end it send it, so the database dates the end on its own clock
     ended_monotonic: float | None = None
     end_dated: bool = True  # False: seen gone only after the runner stalled (`stalls`)
+    # what its verdict rests on besides the commit, gathered as it goes (`provenance`)
+    provenance: dict[str, Any] | None = None
 
     @property
     def end_seen(self) -> float | None:
@@ -163,6 +177,16 @@ class Toolkit:
     # set when it must stop at once (a second SIGTERM): writes that a graceful shutdown
     # still waits for (outcomes, a run's start) give up then
     leaving: asyncio.Event = field(default_factory=asyncio.Event)
+    tools: provenance.Tools = field(default_factory=provenance.Tools)  # versions, asked once
+    machine: dict[str, str] = field(default_factory=provenance.machine)
+
+    async def environment(self, op: Operation, env: dict[str, str]) -> dict[str, Any]:
+        """This runner as a verdict's provenance names it: id, node, machine, and the
+        versions of the tools `op` declares (asked with the jobs' environment `env`)."""
+        found: dict[str, Any] = {"runner": self.runner, "node": self.node, **self.machine}
+        if op.evidence.provenance:
+            found["tools"] = await self.tools.versions(op.evidence.provenance, env)
+        return found
 
 
 def run_name(job_id: int, token: int, run_id: uuid.UUID) -> str:

@@ -133,6 +133,7 @@ async def run_handler_job(ex: Execution, kit: Toolkit, op: Operation) -> Finishe
             pool=kit.pool,
             trace_header=ex.traceparent,
             renewed=ex.renewed,
+            provenance=ex.provenance,
         )
         left = deadline - time.monotonic()
         finished = await run_handler(fn, ctx, timeout_s=left, stoppable=ex)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from fleetq.core import queries
 from fleetq.core.driver import Driver
-from fleetq.runner import executor
+from fleetq.runner import executor, provenance
 from fleetq.runner.execution import Operation
 
 Key = tuple[str, str]  # (project, operation)
@@ -50,6 +50,7 @@ class Operations:
                 timeout_s=r["timeout_s"],
                 repository=r["repository"],
                 limits=executor.Limits.model_validate(r["limits"] or {}),
+                evidence=provenance.Evidence.model_validate(r["evidence"] or {}),
             )
             for r in rows
         }

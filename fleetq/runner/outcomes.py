@@ -64,6 +64,7 @@ async def record(
         prepare_ms=prepare_ms,
         run_ms=finished.run_ms,
         ended_monotonic=ex.end_seen,
+        provenance=ex.provenance,
     )
     try:
         status = await kit.reporter.record(report)

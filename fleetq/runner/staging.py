@@ -45,9 +45,13 @@ class Staging:
         self.isolated = isolated
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def stage(self, *, repository: str, commit: str, name: str) -> Path:
-        """A fresh checkout of `commit` at trees/`name`; raises `StagingFailed`."""
-        mirror = await self._mirror_with(repository, commit)
+    async def stage(
+        self, *, repository: str, commit: str, name: str, facts: dict[str, str] | None = None
+    ) -> Path:
+        """A fresh checkout of `commit` at trees/`name`; raises `StagingFailed`. `facts`,
+        when given, is told how: the mirror `cloned`, `fetched` or `warm`, and the
+        checkout's git tree hash (what its files are, whatever the commit says)."""
+        mirror, how = await self._mirror_with(repository, commit)
         tree = self.trees / name
         shutil.rmtree(tree, ignore_errors=True)
         self.trees.mkdir(parents=True, exist_ok=True)
@@ -63,6 +67,9 @@ class Staging:
             "--end-of-options",
             commit,
         )
+        if facts is not None:
+            facts["mirror"] = how
+            facts["tree"] = await _git_out(tree, "rev-parse", "--end-of-options", "HEAD^{tree}")
         return tree
 
     def sweep(self, keep: set[Path]) -> list[Path]:
@@ -86,11 +93,14 @@ class Staging:
         tree, so `sweep` and `discard` remove it with it."""
         return tree.with_name(tree.name + ".home")
 
-    async def _mirror_with(self, repository: str, commit: str) -> Path:
+    async def _mirror_with(self, repository: str, commit: str) -> tuple[Path, str]:
+        """The project's mirror holding `commit`, and how: cloned now, fetched, or warm."""
         key = hashlib.sha256(repository.encode()).hexdigest()[:16]
         mirror = private_directory(self.mirrors) / f"{key}.git"  # closed even if made open
+        how = "warm"
         async with self._locks.setdefault(key, asyncio.Lock()):
             if not (mirror / "HEAD").exists():
+                how = "cloned"
                 tmp = mirror.with_suffix(".tmp")
                 shutil.rmtree(tmp, ignore_errors=True)
                 await _git(
@@ -105,6 +115,7 @@ class Staging:
                 )
                 tmp.rename(mirror)
             if not await _has_commit(mirror, commit):
+                how = "fetched"
                 await _git(
                     mirror,
                     "fetch",
@@ -115,7 +126,7 @@ class Staging:
                 )
                 if not await _has_commit(mirror, commit):
                     raise CommitMissing(f"commit {commit} is not in {repository}")
-        return mirror
+        return mirror, how
 
 
 async def _has_commit(repo: Path, commit: str) -> bool:
@@ -133,7 +144,8 @@ async def _has_commit(repo: Path, commit: str) -> bool:
     return await proc.wait() == 0
 
 
-async def _git(repo: Path | None, *args: str, failure: str | None = None) -> None:
+async def _git(repo: Path | None, *args: str, failure: str | None = None) -> str:
+    """Run git; its output (stdout and stderr), or `StagingFailed` with its reason."""
     argv = ["git", *(["-C", str(repo)] if repo else []), *args]
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -146,6 +158,12 @@ async def _git(repo: Path | None, *args: str, failure: str | None = None) -> Non
     if proc.returncode != 0:
         detail = git_reason(out.decode(errors="replace"))
         raise StagingFailed(f"{failure or 'git ' + args[0] + ' failed'}: {detail}")
+    return out.decode(errors="replace")
+
+
+async def _git_out(repo: Path, *args: str) -> str:
+    """A git command's one line of answer."""
+    return (await _git(repo, *args)).strip()
 
 
 def git_reason(output: str) -> str:

@@ -169,7 +169,8 @@ BEGIN
          AS t(job_id, exit_code, log_tail, prepare_ms, run_ms)
     JOIN fleetq.jobs j ON j.id = t.job_id;
     PERFORM fleetq.record_ended(v_jobs, v_projects, v_commits, v_operations, v_states,
-                                v_reasons, v_tasks, v_codes, v_tails, v_prepare, v_run);
+                                v_reasons, v_tasks, v_codes, v_tails, v_prepare, v_run,
+                                NULL);
 END;
 $function$;
 
@@ -195,7 +196,57 @@ $function$;
 -- What every ending leaves, from the ended jobs' own fields (the caller has them: the
 -- outcome path from the update that ended them, so it reads no job again): the verdict,
 -- the task's notification, and the jobs waiting on these settled.
-CREATE OR REPLACE FUNCTION fleetq.record_ended(p_jobs bigint[], p_projects text[], p_commits text[], p_operations text[], p_states text[], p_reasons text[], p_tasks text[], p_exit_codes integer[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[])
+-- A verdict's provenance as the runner sent it, stored: its environment and its
+-- operation's definition, the same for thousands of verdicts, kept once in
+-- provenance_parts by their hash and named by it; the rest (staging, lockfiles, tests)
+-- stays the verdict's own. Anything but an object of at most 64 KiB is not kept, and
+-- the verdict says so: a runner's bug or a hostile token loses its provenance, never
+-- the outcome.
+CREATE OR REPLACE FUNCTION fleetq.provenance_kept(p_facts jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STRICT
+AS $function$
+DECLARE
+    v_kept jsonb := p_facts;
+    v_kind text;
+    v_hash text;
+BEGIN
+    IF jsonb_typeof(p_facts) <> 'object' OR octet_length(p_facts::text) > 65536 THEN
+        RETURN jsonb_build_object('dropped', 'not an object of at most 65536 bytes');
+    END IF;
+    FOREACH v_kind IN ARRAY ARRAY['environment', 'definition'] LOOP
+        IF jsonb_typeof(p_facts -> v_kind) = 'object' THEN
+            v_hash := encode(sha256(convert_to((p_facts -> v_kind)::text, 'UTF8')), 'hex');
+            INSERT INTO fleetq.provenance_parts (hash, kind, body)
+            VALUES (v_hash, v_kind, p_facts -> v_kind)
+            ON CONFLICT (hash) DO NOTHING;
+            v_kept := jsonb_set(v_kept, ARRAY[v_kind], to_jsonb(v_hash));
+        END IF;
+    END LOOP;
+    RETURN v_kept;
+END;
+$function$;
+
+-- A verdict's provenance as readers see it: the parts it names by hash put back, each
+-- with its hash (two verdicts with one environment name one hash).
+-- (plpgsql: the protocol files are applied to older schemas too, before 0041 made the
+-- table, and only a plpgsql body is not checked against the tables when created)
+CREATE OR REPLACE FUNCTION fleetq.provenance_whole(p_kept jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE STRICT
+AS $function$
+BEGIN
+    RETURN p_kept || coalesce(
+        (SELECT jsonb_object_agg(p.kind, p.body || jsonb_build_object('hash', p.hash))
+         FROM fleetq.provenance_parts p
+         WHERE p.hash IN (p_kept ->> 'environment', p_kept ->> 'definition')),
+        '{}');
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.record_ended(p_jobs bigint[], p_projects text[], p_commits text[], p_operations text[], p_states text[], p_reasons text[], p_tasks text[], p_exit_codes integer[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_provenance jsonb[])
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
@@ -205,13 +256,14 @@ BEGIN
     END IF;
     INSERT INTO fleetq.verdicts
         (job_id, project, commit_sha, operation, verdict, exit_code, reason, log_tail,
-         prepare_ms, run_ms)
+         prepare_ms, run_ms, provenance)
     SELECT t.job_id, t.project, t.commit_sha, t.operation, fleetq.verdict_of(t.state, t.reason),
-           t.exit_code, t.reason, coalesce(t.log_tail, ''), t.prepare_ms, t.run_ms
+           t.exit_code, t.reason, coalesce(t.log_tail, ''), t.prepare_ms, t.run_ms,
+           fleetq.provenance_kept(t.provenance)
     FROM unnest(p_jobs, p_projects, p_commits, p_operations, p_states, p_reasons,
-                p_exit_codes, p_log_tails, p_prepare_ms, p_run_ms)
+                p_exit_codes, p_log_tails, p_prepare_ms, p_run_ms, p_provenance)
          AS t(job_id, project, commit_sha, operation, state, reason, exit_code, log_tail,
-              prepare_ms, run_ms)
+              prepare_ms, run_ms, provenance)
     ON CONFLICT (job_id) DO NOTHING;  -- one outcome per job: a repeat changes nothing
 
     INSERT INTO fleetq.task_notifications (task_id, job_id, state, verdict)
@@ -405,7 +457,7 @@ $function$;
 -- when owner and expiry are set), but the state form also matched the partial indexes
 -- of claimed and running jobs, and the plan read one of them whole on every call, with
 -- every entry a claim has left there since the last VACUUM (test_query_plans.py).
-CREATE OR REPLACE FUNCTION fleetq.complete_unchecked(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[])
+CREATE OR REPLACE FUNCTION fleetq.complete_unchecked(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[], p_facts jsonb[])
  RETURNS TABLE(job_id bigint, status text)
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -440,6 +492,7 @@ DECLARE
     v_claimed timestamptz[];
     v_recorded bigint[];
     v_retried bigint[];
+    v_facts jsonb[];
 BEGIN
     IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o WHERE o NOT IN ('succeeded', 'failed', 'refused')) THEN
         RAISE EXCEPTION 'an outcome is succeeded, failed or refused' USING ERRCODE = 'FQ003';
@@ -457,9 +510,9 @@ BEGIN
     -- the outcome writes (reading them again cost a probe per job per statement).
     WITH input AS (
         SELECT * FROM unnest(p_jobs, p_versions, p_outcomes, p_reasons, p_exit_codes,
-                             p_log_tails, p_prepare_ms, p_run_ms, p_ended_ago_ms)
+                             p_log_tails, p_prepare_ms, p_run_ms, p_ended_ago_ms, p_facts)
                  AS i(id, version, outcome, reason, exit_code, log_tail, prepare_ms, run_ms,
-                      ago)
+                      ago, facts)
     ),
     done AS (
         UPDATE fleetq.jobs j
@@ -479,17 +532,18 @@ BEGIN
           AND j.lease_expires_at IS NOT NULL AND i.id = ANY (v_locked)
         RETURNING j.id, j.lane, j.memory_mb, j.cpu_millis, j.lease_version, j.state,
                   j.project, j.commit_sha, j.operation, j.failure_reason, j.task_id,
-                  j.claimed_at, i.exit_code, i.log_tail, i.prepare_ms, i.run_ms, i.ago
+                  j.claimed_at, i.exit_code, i.log_tail, i.prepare_ms, i.run_ms, i.ago,
+                  i.facts
     )
     SELECT array_agg(d.id), array_agg(d.lane), array_agg(d.memory_mb), array_agg(d.cpu_millis),
            array_agg(d.lease_version), array_agg(d.state), array_agg(d.project),
            array_agg(d.commit_sha), array_agg(d.operation), array_agg(d.failure_reason),
            array_agg(d.task_id), array_agg(d.exit_code), array_agg(d.log_tail),
            array_agg(d.prepare_ms), array_agg(d.run_ms), array_agg(d.ago),
-           array_agg(d.claimed_at)
+           array_agg(d.claimed_at), array_agg(d.facts)
     INTO v_done, v_lanes, v_memory, v_cpu, v_versions, v_states, v_projects, v_commits,
          v_operations, v_failures, v_tasks, v_codes, v_tails, v_prepare, v_run, v_agos,
-         v_claimed
+         v_claimed, v_facts
     FROM done d;
 
     IF v_done IS NOT NULL THEN
@@ -537,18 +591,18 @@ BEGIN
         IF cardinality(v_retried) = 0 THEN
             PERFORM fleetq.record_ended(v_done, v_projects, v_commits, v_operations, v_states,
                                         v_failures, v_tasks, v_codes, v_tails, v_prepare,
-                                        v_run);
+                                        v_run, v_facts);
         ELSE
             PERFORM fleetq.record_ended(array_agg(t.id), array_agg(t.project),
                                         array_agg(t.commit_sha), array_agg(t.operation),
                                         array_agg(t.state), array_agg(t.reason),
                                         array_agg(t.task), array_agg(t.code),
                                         array_agg(t.tail), array_agg(t.prepare),
-                                        array_agg(t.run))
+                                        array_agg(t.run), array_agg(t.facts))
             FROM unnest(v_done, v_projects, v_commits, v_operations, v_states, v_failures,
-                        v_tasks, v_codes, v_tails, v_prepare, v_run)
+                        v_tasks, v_codes, v_tails, v_prepare, v_run, v_facts)
                  AS t(id, project, commit_sha, operation, state, reason, task, code, tail,
-                      prepare, run)
+                      prepare, run, facts)
             WHERE t.id <> ALL (v_retried);
         END IF;
         INSERT INTO fleetq.events (kind, job_id, runner_id, lease_version, detail)
@@ -601,7 +655,7 @@ BEGIN
 END;
 $function$;
 
-CREATE OR REPLACE FUNCTION fleetq.complete(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[])
+CREATE OR REPLACE FUNCTION fleetq.complete(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[], p_facts jsonb[])
  RETURNS TABLE(job_id bigint, status text)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -613,7 +667,8 @@ BEGIN  -- plpgsql: its statement is planned once per connection, not on every ca
                                             p_outcomes, p_exit_codes,
                                             fleetq.clipped(p_reasons, 2000),
                                             fleetq.clipped(p_log_tails, 8192, true),
-                                            p_prepare_ms, p_run_ms, p_ended_ago_ms);
+                                            p_prepare_ms, p_run_ms, p_ended_ago_ms,
+                                            p_facts);
 END;
 $function$;
 
@@ -623,7 +678,7 @@ $function$;
 -- trip more. The claim is the claim as any (same id retried: what it took is returned);
 -- it sees the room the outcomes gave back, as it runs after them. Rows: kind 'outcome'
 -- (job_id, status) in the order given, then kind 'claim' (a claim's columns).
-CREATE OR REPLACE FUNCTION fleetq.complete_and_claim(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[], p_lane text, p_limit integer, p_claim_id uuid)
+CREATE OR REPLACE FUNCTION fleetq.complete_and_claim(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[], p_lane text, p_limit integer, p_claim_id uuid, p_facts jsonb[])
  RETURNS TABLE(kind text, job_id bigint, status text, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint, traceparent text)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -640,7 +695,7 @@ BEGIN
     FROM fleetq.complete_unchecked(v_runner, p_jobs, p_versions, p_outcomes, p_exit_codes,
                                    fleetq.clipped(p_reasons, 2000),
                                    fleetq.clipped(p_log_tails, 8192, true), p_prepare_ms,
-                                   p_run_ms, p_ended_ago_ms) o;
+                                   p_run_ms, p_ended_ago_ms, p_facts) o;
     IF p_limit > 0 THEN
         -- a refill: its claim does not wake the lane when it fills its room (claim.sql);
         -- local to this call (the function's SET clause restores settings on exit)
@@ -654,6 +709,44 @@ BEGIN
     END IF;
 END;
 $function$;
+
+-- The signatures before provenance (0041), for a runner not yet upgraded: its outcomes
+-- are recorded as before, with no provenance.
+CREATE OR REPLACE FUNCTION fleetq.complete(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[])
+ RETURNS TABLE(job_id bigint, status text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN QUERY
+    SELECT * FROM fleetq.complete(p_runner, p_jobs, p_versions, p_outcomes, p_exit_codes,
+                                  p_reasons, p_log_tails, p_prepare_ms, p_run_ms,
+                                  p_ended_ago_ms, NULL::jsonb[]);
+END;
+$function$;
+
+CREATE OR REPLACE FUNCTION fleetq.complete_and_claim(p_runner text, p_jobs bigint[], p_versions bigint[], p_outcomes text[], p_exit_codes integer[], p_reasons text[], p_log_tails text[], p_prepare_ms integer[], p_run_ms integer[], p_ended_ago_ms integer[], p_lane text, p_limit integer, p_claim_id uuid)
+ RETURNS TABLE(kind text, job_id bigint, status text, lease_version bigint, lease_expires_at timestamp with time zone, project text, operation text, commit_sha text, requested_node text, payload jsonb, task_id text, timeout_s integer, memory_mb integer, cpu_millis integer, priority_class smallint, reassign_count integer, lost_count smallint, traceparent text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN QUERY
+    SELECT * FROM fleetq.complete_and_claim(p_runner, p_jobs, p_versions, p_outcomes,
+                                            p_exit_codes, p_reasons, p_log_tails,
+                                            p_prepare_ms, p_run_ms, p_ended_ago_ms, p_lane,
+                                            p_limit, p_claim_id, NULL::jsonb[]);
+END;
+$function$;
+
+-- their implementations before 0041, replaced by the ones above (one transaction)
+DROP FUNCTION IF EXISTS fleetq.complete_unchecked(text, bigint[], bigint[], text[], integer[],
+                                                  text[], text[], integer[], integer[],
+                                                  integer[]);
+DROP FUNCTION IF EXISTS fleetq.record_ended(bigint[], text[], text[], text[], text[], text[],
+                                            text[], integer[], text[], integer[], integer[]);
 
 CREATE OR REPLACE FUNCTION fleetq.release_unchecked(p_runner text, p_job bigint, p_version bigint, p_reason text, p_fenced boolean DEFAULT false, p_ended_ago_ms integer DEFAULT NULL::integer)
  RETURNS text

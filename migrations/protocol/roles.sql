@@ -238,8 +238,12 @@ AS $function$
 $function$;
 
 -- What each operation runs, with its project's repository.
+-- Dropped first: its columns grew (evidence, 0041), and a protocol file must also apply
+-- to a schema from before that migration (test_migrate.py), where the old one stands
+-- (its grant is given again by fleetq.secure(), after every protocol file).
+DROP FUNCTION IF EXISTS fleetq.runner_operations();
 CREATE OR REPLACE FUNCTION fleetq.runner_operations()
- RETURNS TABLE(project text, operation text, command text, handler text, timeout_s integer, repository text, limits jsonb)
+ RETURNS TABLE(project text, operation text, command text, handler text, timeout_s integer, repository text, limits jsonb, evidence jsonb)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -247,7 +251,8 @@ AS $function$
 BEGIN
     PERFORM fleetq.require(ARRAY['runner', 'operator', 'reader']);
     RETURN QUERY
-    SELECT o.project, o.name, o.command, o.handler, o.timeout_s, p.repository, o.limits
+    SELECT o.project, o.name, o.command, o.handler, o.timeout_s, p.repository, o.limits,
+           o.evidence
     FROM fleetq.operations o
     JOIN fleetq.projects p ON p.name = o.project;
 END;

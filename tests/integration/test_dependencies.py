@@ -157,6 +157,7 @@ def _complete_sql(conn: SyncConnection, runner: str, *claims: Claim) -> None:
             [None] * n,
             [None] * n,
             [None] * n,
+            [None] * n,
         ],
     )
 

@@ -65,6 +65,7 @@ def _outcomes(conn: SyncConnection, runner: str, claimed: list[tuple[int, int]])
             nulls,
             nulls,
             nulls,
+            nulls,
         ],
     ).fetchall()
     return [str(r[1]) for r in rows]

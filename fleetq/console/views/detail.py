@@ -20,6 +20,7 @@ from fleetq.console.text import age, duration, lines, one_line, plain, state
 from fleetq.console.typeahead import focus_now
 from fleetq.console.views.panel import Panel
 from fleetq.console.views.table import Cell, Table, sync
+from fleetq.core import provenance
 from fleetq.core.models import Event, JobState
 from fleetq.core.views import JobDetail
 
@@ -251,7 +252,13 @@ def head_text(detail: JobDetail, now: datetime) -> Text:
     if job.waiting_on:
         head.append("\nwaiting on: ", style="bold yellow")
         head.append(", ".join(map(str, job.waiting_on)) + " (queued when they have succeeded)")
+    if detail.provenance is not None:
+        head.append("\nverdict rests on: ", style="bold")
+        head.append(plain("; ".join(provenance.lines(detail.provenance)[:PROVENANCE_LINES])))
     return head
+
+
+PROVENANCE_LINES = 12  # runner, machine, tools, staging, lockfiles, tests: `fleetq result -v`
 
 
 OUTPUT_LINES = 40  # of the newest run; earlier runs get a few

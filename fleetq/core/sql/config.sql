@@ -39,11 +39,12 @@ WHERE (fleetq.projects.repository, fleetq.projects.release_gate, fleetq.projects
 -- name: config_upsert_operation
 -- $1 project, $2 name, $3 lane, $4 command, $5 handler, $6 capabilities,
 -- $7 memory_mb, $8 cpu_millis, $9 timeout_s, $10 limits (JSON text), $11 retry policy
--- (JSON text; {} never retries)
+-- (JSON text; {} never retries), $12 evidence: provenance, lockfiles, reports (JSON text)
 INSERT INTO fleetq.operations
     (project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s,
-     limits, retry)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::text::jsonb, $11::text::jsonb)
+     limits, retry, evidence)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::text::jsonb, $11::text::jsonb,
+        $12::text::jsonb)
 ON CONFLICT (project, name) DO UPDATE SET
     lane = EXCLUDED.lane,
     command = EXCLUDED.command,
@@ -54,17 +55,18 @@ ON CONFLICT (project, name) DO UPDATE SET
     timeout_s = EXCLUDED.timeout_s,
     limits = EXCLUDED.limits,
     retry = EXCLUDED.retry,
+    evidence = EXCLUDED.evidence,
     retired_at = NULL,  -- applying a removed operation brings it back
     retired_by = NULL,
     updated_at = clock_timestamp()
 WHERE fleetq.operations.retired_at IS NOT NULL OR (fleetq.operations.lane, fleetq.operations.command, fleetq.operations.handler,
        fleetq.operations.capabilities, fleetq.operations.memory_mb,
        fleetq.operations.cpu_millis, fleetq.operations.timeout_s, fleetq.operations.limits,
-       fleetq.operations.retry)
+       fleetq.operations.retry, fleetq.operations.evidence)
     IS DISTINCT FROM
       (EXCLUDED.lane, EXCLUDED.command, EXCLUDED.handler, EXCLUDED.capabilities,
        EXCLUDED.memory_mb, EXCLUDED.cpu_millis, EXCLUDED.timeout_s, EXCLUDED.limits,
-       EXCLUDED.retry);
+       EXCLUDED.retry, EXCLUDED.evidence);
 
 -- name: config_lane_names
 -- The lanes already registered, so a file may name lanes it does not declare.
@@ -111,7 +113,7 @@ ORDER BY name;
 
 -- name: configview_operations
 SELECT project, name, lane, command, handler, capabilities, memory_mb, cpu_millis, timeout_s,
-       limits, retry
+       limits, retry, evidence
 FROM fleetq.operations
 WHERE retired_at IS NULL
 ORDER BY project, name;

@@ -62,16 +62,23 @@ WHERE p.name = $1::text;
 
 -- name: jobs_results_for_commit
 -- The newest verdict of each check of (project, commit) that decided something: a
--- cancelled job decides nothing, and never hides the verdict before it.
--- $1 project, $2 commit, $3 operation (NULL: all)
+-- cancelled job decides nothing, and never hides the verdict before it; with its
+-- provenance whole. $1 project, $2 commit, $3 operation (NULL: all)
 SELECT DISTINCT ON (operation)
        project, commit_sha, operation, job_id, verdict, exit_code, reason, log_tail,
-       recorded_at
+       recorded_at, fleetq.provenance_whole(provenance) AS provenance
 FROM fleetq.verdicts
 WHERE project = $1::text AND commit_sha = $2::text
   AND ($3::text IS NULL OR operation = $3::text)
   AND verdict <> 'cancelled'
 ORDER BY operation, job_id DESC;
+
+-- name: jobs_verdict
+-- One job's verdict, its provenance whole (`fleetq result --diff`). $1 job
+SELECT project, commit_sha, operation, job_id, verdict, exit_code, reason, log_tail,
+       recorded_at, fleetq.provenance_whole(provenance) AS provenance
+FROM fleetq.verdicts
+WHERE job_id = $1::bigint;
 
 -- name: jobs_events
 -- The history, oldest first after an id, optionally for one job or runner.

@@ -30,20 +30,22 @@ SELECT fleetq.report_start($1::text, $2::bigint, $3::bigint, $4::text, $5::uuid,
 -- name: lease_complete
 -- Outcomes of many jobs of one runner in one round trip; answers ok/already/stale per job.
 -- $1 runner, $2 jobs, $3 versions, $4 outcomes, $5 exit codes, $6 reasons, $7 log tails,
--- $8 prepare ms, $9 run ms, $10 ms since each process ended (NULL: not measured)
+-- $8 prepare ms, $9 run ms, $10 ms since each process ended (NULL: not measured), $11
+-- each verdict's provenance as JSON text (NULL: none; fleetq.provenance_kept)
 SELECT * FROM fleetq.complete($1::text, $2::bigint[], $3::bigint[], $4::text[], $5::integer[],
                               $6::text[], $7::text[], $8::integer[], $9::integer[],
-                              $10::integer[]);
+                              $10::integer[], $11::text[]::jsonb[]);
 
 -- name: lease_complete_and_claim
--- lease_complete's outcomes, then a claim of up to $12 jobs of lane $11 as claim $13, in one
+-- lease_complete's outcomes ($14 their provenance), then a claim of up to $12 jobs of lane
+-- $11 as claim $13, in one
 -- transaction: kind 'outcome' rows (job_id, status), then kind 'claim' rows (with
 -- lease_left_s, as in lease_claim).
 SELECT r.*, extract(epoch FROM r.lease_expires_at - clock_timestamp())::float8 AS lease_left_s
 FROM fleetq.complete_and_claim($1::text, $2::bigint[], $3::bigint[], $4::text[],
                                $5::integer[], $6::text[], $7::text[], $8::integer[],
                                $9::integer[], $10::integer[], $11::text, $12::integer,
-                               $13::uuid) r;
+                               $13::uuid, $14::text[]::jsonb[]) r;
 
 -- name: lease_report_lost
 -- An explicit loss: requeued the first time, failed ('lost') the second.

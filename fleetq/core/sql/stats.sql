@@ -96,3 +96,24 @@ FROM fleetq.events e
 JOIN fleetq.jobs j ON j.id = e.job_id
 WHERE j.project = $1::text AND e.kind IN ('stale_rejected', 'stale_self_race')
 HAVING $1::text IS NOT NULL;
+
+-- name: stats_flaky
+-- Flaky tests (issue 47): a test named failing in a verdict, with a later verdict of the
+-- same check (project, commit, operation) that passed with its test reports read. Per
+-- test: the commits where it flipped, and the newest flip. The verdicts with failing
+-- tests are few; each looks up its check's later verdicts by verdicts_by_check.
+-- $1 project (NULL: all), $2 at most this many
+SELECT f.project, f.operation, f.test, count(DISTINCT f.commit_sha) AS commits,
+       max(p.recorded_at) AS last_passed_at
+FROM (SELECT v.project, v.commit_sha, v.operation, v.job_id,
+             jsonb_array_elements_text(v.provenance -> 'tests' -> 'failing') AS test
+      FROM fleetq.verdicts v
+      WHERE jsonb_typeof(v.provenance -> 'tests' -> 'failing') = 'array'
+        AND ($1::text IS NULL OR v.project = $1::text)) f
+JOIN fleetq.verdicts p
+  ON p.project = f.project AND p.commit_sha = f.commit_sha AND p.operation = f.operation
+ AND p.job_id > f.job_id AND p.verdict = 'passed'
+ AND (p.provenance -> 'tests' ->> 'reports')::int > 0
+GROUP BY f.project, f.operation, f.test
+ORDER BY commits DESC, last_passed_at DESC, f.test
+LIMIT $2::integer;

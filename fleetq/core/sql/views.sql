@@ -162,9 +162,9 @@ FROM fleetq.jobs j JOIN fleetq.operations o ON o.project = j.project AND o.name 
 WHERE j.id = $1::bigint;
 
 -- name: views_job_output
--- The recorded output tail of a job: its own verdict (one per job, migration 0011).
--- $1 job
-SELECT v.exit_code, v.reason, v.log_tail
+-- The recorded output tail of a job: its own verdict (one per job, migration 0011), and
+-- what that verdict rests on (0041). $1 job
+SELECT v.exit_code, v.reason, v.log_tail, fleetq.provenance_whole(v.provenance) AS provenance
 FROM fleetq.verdicts v
 WHERE v.job_id = $1::bigint;
 

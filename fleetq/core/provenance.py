@@ -1,0 +1,130 @@
+"""A verdict's provenance read back: the lines `fleetq result -v` prints, the test counts'
+one line, and what differs between two verdicts of one check (`--diff`).
+
+Why here and not with the runner that gathers it (fleetq/runner/provenance.py): readers
+(CLI, API, console) need only the shape, and the runner may be a newer or older version
+than the reader; every key is read as optional.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+# what `--diff` compares, in this order
+_PARTS = ("environment", "definition", "staging", "lockfiles", "tests")
+_NOT_COMPARED = {"hash"}  # a part's hash differs whenever any of its keys does
+
+
+def tests_line(tests: dict[str, Any] | None) -> str:
+    """ "901 passed, 0 failed, 3 skipped" (errors only when some), or "" with no reports."""
+    if not tests:
+        return ""
+    line = f"{tests.get('passed', 0)} passed, {tests.get('failed', 0)} failed"
+    if tests.get("errors"):
+        line += f", {tests['errors']} errors"
+    line += f", {tests.get('skipped', 0)} skipped"
+    if tests.get("unreadable"):
+        line += f" ({len(tests['unreadable'])} unreadable)"
+    return line
+
+
+def lines(provenance: dict[str, Any] | None) -> list[str]:
+    """What a verdict rests on, one fact a line, for a person."""
+    if not provenance:
+        return ["no provenance recorded (a runner older than fleetq 0.1 wrote it, or none ran)"]
+    if "dropped" in provenance:
+        return [f"provenance not kept: {provenance['dropped']}"]
+    out: list[str] = []
+    if failed := provenance.get("failed_input"):
+        out.append(f"failed input: {failed}")
+    env = provenance.get("environment")
+    if isinstance(env, dict):
+        out.append(
+            f"runner: {env.get('runner', '?')} on {env.get('node', '?')} "
+            f"(fleetq {env.get('fleetq', '?')})"
+        )
+        out.append(f"machine: {env.get('os', '?')}, {env.get('kernel', '?')} {env.get('arch', '')}")
+        for command, answer in sorted((env.get("tools") or {}).items()):
+            out.append(f"tool: {command} → {answer}")
+    staging = provenance.get("staging")
+    if isinstance(staging, dict):
+        if "failed" in staging:
+            out.append(f"staging: failed: {staging['failed']}")
+        else:
+            out.append(
+                f"staging: mirror {staging.get('mirror', '?')}, tree {staging.get('tree', '?')}"
+            )
+    for name, digest in sorted((provenance.get("lockfiles") or {}).items()):
+        out.append(f"lockfile: {name} {digest}")
+    definition = provenance.get("definition")
+    if isinstance(definition, dict):
+        what = definition.get("command") or definition.get("handler") or "?"
+        out.append(f"operation: {what} (timeout {definition.get('timeout_s', '?')} s)")
+    tests = provenance.get("tests")
+    if isinstance(tests, dict):
+        out.append(f"tests: {tests_line(tests)}")
+        out.extend(f"failing: {name}" for name in tests.get("failing", []))
+        out.extend(f"report: {why}" for why in tests.get("unreadable", []))
+    return out
+
+
+def differences(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[tuple[str, Any, Any]]:
+    """(what, in a, in b) for every fact that differs, by dotted name
+    (`environment.tools.python3 --version`); none when both rest on the same."""
+    found: list[tuple[str, Any, Any]] = []
+    for part in _PARTS:
+        _walk(part, (a or {}).get(part), (b or {}).get(part), found)
+    return found
+
+
+def _walk(name: str, a: Any, b: Any, found: list[tuple[str, Any, Any]]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if key not in _NOT_COMPARED:
+                _walk(f"{name}.{key}", a.get(key), b.get(key), found)
+    elif a != b:
+        found.append((name, a, b))
+
+
+class Difference(BaseModel):
+    """One fact two verdicts differ in, by dotted name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    what: str
+    this: Any
+    other: Any
+
+
+class VerdictDiff(BaseModel):
+    """A verdict against another of its check: what differed besides the commit."""
+
+    model_config = ConfigDict(frozen=True)
+
+    operation: str
+    job: int
+    verdict: str
+    other_job: int | None  # None: the other side has no verdict of this operation
+    other_verdict: str | None
+    differences: list[Difference]
+
+
+def compare(
+    operation: str,
+    mine: tuple[int, str, dict[str, Any] | None],
+    theirs: tuple[int, str, dict[str, Any] | None] | None,
+) -> VerdictDiff:
+    """(job, verdict, provenance) of each side, compared."""
+    job, verdict, facts = mine
+    return VerdictDiff(
+        operation=operation,
+        job=job,
+        verdict=verdict,
+        other_job=None if theirs is None else theirs[0],
+        other_verdict=None if theirs is None else theirs[1],
+        differences=[]
+        if theirs is None
+        else [Difference(what=w, this=a, other=b) for w, a, b in differences(facts, theirs[2])],
+    )
