@@ -69,7 +69,8 @@ class Staging:
         )
         if facts is not None:
             facts["mirror"] = how
-            facts["tree"] = await _git_out(tree, "rev-parse", "--end-of-options", "HEAD^{tree}")
+            # HEAD is ours, not input: no --end-of-options (rev-parse would print it)
+            facts["tree"] = await _git_out(tree, "rev-parse", "--verify", "HEAD^{tree}")
         return tree
 
     def sweep(self, keep: set[Path]) -> list[Path]:
