@@ -114,6 +114,7 @@ COST_COLUMNS = (
     ("write xacts", "write_xacts_per_job", 2),
     ("statements", "statements_per_job", 2),
     ("xacts", "xacts_per_job", 2),
+    ("rows inserted", "rows_inserted_per_job", 2),
     ("WAL bytes", "wal_bytes_per_job", 0),
     ("worker CPU ms", "worker_cpu_ms_per_job", 3),
     ("server CPU ms", "server_cpu_ms_per_job", 3),

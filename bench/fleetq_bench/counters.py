@@ -85,6 +85,7 @@ class Snapshot:
     wal_bytes: int
     xacts: int
     rollbacks: int
+    rows_inserted: int
     foreign_xacts: int
     statements: int | None
     evictions: int | None
@@ -158,6 +159,9 @@ def per_job(
         # of those, rolled back: a statement that failed (pg_stat_statements counts
         # only statements that completed)
         "rollbacks_per_job": _per(settled.rollbacks - before.rollbacks, jobs),
+        # rows inserted, the harness's submits included (a job row each): a verdict's
+        # provenance is to cost no row more in steady state (issue 47)
+        "rows_inserted_per_job": _per(settled.rows_inserted - before.rows_inserted, jobs),
         "wal_bytes_per_job": round(wal.wal_bytes / jobs),
         "worker_cpu_ms_per_job": _ms(drained.workers_cpu_s - before.workers_cpu_s, jobs),
         "server_cpu_ms_per_job": _ms(backends_cpu(before, drained), jobs),
@@ -221,6 +225,7 @@ class Counters:
             wal_bytes=int(row["wal_bytes"]),
             xacts=int(row["xacts"]),
             rollbacks=int(row["rollbacks"]),
+            rows_inserted=int(row["rows_inserted"]),
             foreign_xacts=int(row["foreign_xacts"]),
             statements=None if row["statements"] is None else int(row["statements"]),
             evictions=None if row["evictions"] is None else int(row["evictions"]),

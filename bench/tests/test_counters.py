@@ -20,6 +20,7 @@ def snap(at: float, **kw: object) -> Snapshot:
         "wal_bytes": 0,
         "xacts": 0,
         "rollbacks": 0,
+        "rows_inserted": 0,
         "foreign_xacts": 0,
         "statements": 0,
         "evictions": 0,

@@ -24,6 +24,9 @@ SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
          WHERE datname = current_database()) AS xacts,
        (SELECT xact_rollback FROM pg_stat_database
          WHERE datname = current_database()) AS rollbacks,
+       -- rows inserted (its tables and the peers': flushed like the transactions)
+       (SELECT tup_inserted FROM pg_stat_database
+         WHERE datname = current_database()) AS rows_inserted,
        (SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database
          WHERE datname IS DISTINCT FROM current_database())::bigint AS foreign_xacts,
        (SELECT coalesce(sum(calls), 0) FROM pg_stat_statements
@@ -45,6 +48,9 @@ SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
          WHERE datname = current_database()) AS xacts,
        (SELECT xact_rollback FROM pg_stat_database
          WHERE datname = current_database()) AS rollbacks,
+       -- rows inserted (its tables and the peers': flushed like the transactions)
+       (SELECT tup_inserted FROM pg_stat_database
+         WHERE datname = current_database()) AS rows_inserted,
        (SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database
          WHERE datname IS DISTINCT FROM current_database())::bigint AS foreign_xacts,
        NULL::bigint AS statements,
