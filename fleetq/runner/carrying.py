@@ -180,13 +180,17 @@ async def _launch(
                 user=user,
                 limits=op.limits,
             )
+        # Its process is over: dated now, not when the outcome is written after the output
+        # below (up to SHIP_FINAL_S later, with the database out of reach): the self-fence
+        # leaves an ended run alone, and an error meanwhile keeps this end, not its own time
+        ex.ended_monotonic, ex.end_dated = finished.ended_monotonic, finished.end_dated
     finally:
         if opened is not None:
             # a launch that failed before its start report still holds the job's row:
             # the outcome below would wait on it (once closed, this is a no-op)
             await opened.close(commit=False)
         # what is left is shipped before the outcome (so `fleetq logs` ends with it),
-        # but never holds the outcome up for long
+        # but never holds the outcome up for long, nor stops it being written
         ended.set()
         if ex.start_resend is not None:  # at once, whatever ended the run
             ex.start_resend.ended.set()
@@ -194,6 +198,8 @@ async def _launch(
             await asyncio.wait_for(shipping, SHIP_FINAL_S)
         except TimeoutError:
             log.warning("output of job=%d: the rest stays in %s", claim.job_id, log_path)
+        except Exception as exc:  # its own bug or a cancelled write's: the outcome goes on
+            log.warning("output of job=%d not shipped (%r); see %s", claim.job_id, exc, log_path)
     if ex.provenance is not None:
         if (finished.reason or "").startswith("launch failed"):
             ex.provenance["failed_input"] = "command"

@@ -112,7 +112,8 @@ class Runs:
         c = ex.claim
         if ex.pid is not None:
             await executor.terminate_group(ex.pid, grace_s=executor.STOP_GRACE_S)
-        ex.ended_monotonic = time.monotonic()
+        if ex.ended_monotonic is None:  # a process seen to end keeps that end, not this
+            ex.ended_monotonic = time.monotonic()
         if ex.recorded or ex.stop_reason is not None:
             return
         error = loops.environmental(exc)
