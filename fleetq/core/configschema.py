@@ -119,11 +119,13 @@ class EvidenceConfig(_Strict):
     """What a verdict of the operation records besides the commit (issue 47): the tool
     versions (each command run once per runner start and again when its program's file
     changes), the lockfiles hashed at the commit, the JUnit XML reports read after the
-    run (paths or globs in the checkout)."""
+    run (paths or globs in the checkout), and the file of the commit its steps are read
+    from, when it has one (`fleetq.runner.steps`)."""
 
     provenance: list[ToolCommand] = Field([], max_length=20)
     lockfiles: list[TreePath] = Field([], max_length=50)
     reports: list[TreePath] = Field([], max_length=20)
+    steps_from: TreePath | None = None
 
     @field_validator("provenance")
     @classmethod
@@ -141,7 +143,14 @@ class EvidenceConfig(_Strict):
     def _inside(cls, value: list[str]) -> list[str]:
         return [_relative(v) for v in value]
 
-    def as_row(self) -> dict[str, list[str]]:
+    @field_validator("steps_from")
+    @classmethod
+    def _a_file_inside(cls, value: str | None) -> str | None:
+        if value is not None and any(c in value for c in "*?["):
+            raise ValueError(f"{value!r}: one file, not a glob")
+        return None if value is None else _relative(value)
+
+    def as_row(self) -> dict[str, list[str] | str]:
         """As stored (operations.evidence): only what is declared, so an operation that
         declares nothing stores `{}` (and an older file applies again unchanged)."""
         return {k: v for k, v in self.model_dump().items() if v}
@@ -163,12 +172,17 @@ class OperationConfig(_Strict):
     provenance: list[ToolCommand] = Field([], max_length=20)
     lockfiles: list[TreePath] = Field([], max_length=50)
     reports: list[TreePath] = Field([], max_length=20)
+    # checks defined at the commit: its steps from this file when it has it, else `command`
+    steps_from: TreePath | None = None
 
     @property
     def evidence(self) -> EvidenceConfig:
         """What its verdicts record besides the commit, checked as one."""
         return EvidenceConfig(
-            provenance=self.provenance, lockfiles=self.lockfiles, reports=self.reports
+            provenance=self.provenance,
+            lockfiles=self.lockfiles,
+            reports=self.reports,
+            steps_from=self.steps_from,
         )
 
     @field_validator("command")
@@ -192,9 +206,11 @@ class OperationConfig(_Strict):
             raise ValueError("give exactly one of `command` or `handler`")
         if self.handler is not None and self.limits.as_row():
             raise ValueError("`limits` apply to command jobs (a handler runs in the runner)")
-        if self.handler is not None and (self.lockfiles or self.reports):
-            raise ValueError("`lockfiles` and `reports` are read from a command job's checkout")
-        self.evidence  # noqa: B018 -- checks the three lists (EvidenceConfig's validators)
+        if self.handler is not None and (self.lockfiles or self.reports or self.steps_from):
+            raise ValueError(
+                "`lockfiles`, `reports` and `steps_from` are read from a command job's checkout"
+            )
+        self.evidence  # noqa: B018 -- checks them (EvidenceConfig's validators)
         return self
 
     @property

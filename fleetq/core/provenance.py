@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 # what `--diff` compares, in this order
-_PARTS = ("environment", "definition", "staging", "lockfiles", "tests")
+_PARTS = ("environment", "definition", "staging", "steps", "lockfiles", "tests")
 _NOT_COMPARED = {"hash"}  # a part's hash differs whenever any of its keys does
 
 
@@ -56,6 +56,9 @@ def lines(provenance: dict[str, Any] | None) -> list[str]:
             out.append(
                 f"staging: mirror {staging.get('mirror', '?')}, tree {staging.get('tree', '?')}"
             )
+    steps = provenance.get("steps")
+    if isinstance(steps, dict):
+        out.append(_steps_line(steps))
     for name, digest in sorted((provenance.get("lockfiles") or {}).items()):
         out.append(f"lockfile: {name} {digest}")
     definition = provenance.get("definition")
@@ -68,6 +71,21 @@ def lines(provenance: dict[str, Any] | None) -> list[str]:
         out.extend(f"failing: {name}" for name in tests.get("failing", []))
         out.extend(f"report: {why}" for why in tests.get("unreadable", []))
     return out
+
+
+def _steps_line(steps: dict[str, Any]) -> str:
+    """Where the steps came from and how far they got, on one line."""
+    where = steps.get("file", "?")
+    if steps.get("absent"):
+        return f"steps: the operation's command ({where} absent at this commit)"
+    line = f"steps: {where} sha256:{str(steps.get('sha256', '?'))[:12]}"
+    if names := steps.get("names"):
+        line += f" ({', '.join(names)})"
+    if refused := steps.get("refused"):
+        return f"{line}: refused: {refused}"
+    if how := steps.get("how"):
+        line += f"; step {steps.get('at', '?')} {steps.get('step', '?')}: {how}"
+    return line
 
 
 def differences(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[tuple[str, Any, Any]]:

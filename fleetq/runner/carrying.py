@@ -12,10 +12,12 @@ import contextlib
 import logging
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from fleetq.core.models import Outcome
-from fleetq.runner import executor, gate, handover, provenance, testreports, tracing
+from fleetq.runner import executor, gate, handover, provenance, steps, testreports, tracing
 from fleetq.runner.execution import Execution, Operation, Toolkit, run_name
 from fleetq.runner.handling import run_handler_job
 from fleetq.runner.jobuser import JobUser
@@ -114,6 +116,16 @@ async def _run_command(
         facts["lockfiles"] = await asyncio.to_thread(
             provenance.lockfiles, tree, op.evidence.lockfiles
         )
+    command: str | list[str] = op.command or ""
+    if op.evidence.steps_from is not None:
+        planned = await _steps(tree, op, op.evidence.steps_from, facts)
+        if isinstance(planned, str):
+            failed = executor.Finished(Outcome.FAILED, reason=planned, log_tail=planned)
+            await record(ex, kit, failed)
+            if not kit.keep_failed:
+                kit.staging.discard(tree)
+            return
+        command = planned or command
     user_env: dict[str, str] = {}
     if user is not None:
         user_env = user.environment(await asyncio.to_thread(_give, kit, tree, user))
@@ -140,7 +152,8 @@ async def _run_command(
         kit.staging.discard(tree)
         return
     try:
-        await _launch(ex, kit, op, trace, (tree, name, user, user_env), prepare_ms, opened)
+        launching = (tree, name, user, user_env, command)
+        await _launch(ex, kit, op, trace, launching, prepare_ms, opened)
     finally:
         if opened is not None:
             await opened.close(commit=False)  # nothing launched: no start to commit
@@ -151,14 +164,15 @@ async def _launch(
     kit: Toolkit,
     op: Operation,
     trace: tracing.JobTrace,
-    staged: tuple[Path, str, JobUser | None, dict[str, str]],
+    staged: tuple[Path, str, JobUser | None, dict[str, str], str | list[str]],
     prepare_ms: int,
     opened: gate.Gate | None,
 ) -> None:
-    """Launch a staged command (tree, run name, job user and its environment), follow it
-    and record its outcome; its start report goes through the launch gate, when open."""
+    """Launch a staged command (tree, run name, job user and its environment, the command
+    or the commit's steps), follow it and record its outcome; its start report goes
+    through the launch gate, when open."""
     claim = ex.claim
-    tree, name, user, user_env = staged
+    tree, name, user, user_env, command = staged
     kit.journal.launching(claim.job_id, claim.lease_version, str(ex.run_id), str(tree))
     status_file = kit.logs / f"{name}.status" if kit.adopt else None
     log_path = kit.logs / f"{name}.log"
@@ -167,7 +181,7 @@ async def _launch(
     try:
         with trace.step("run"):
             finished = await executor.run_command(
-                op.command or "",
+                command,
                 cwd=tree,
                 # read inside the run's span: TRACEPARENT names it as the job's parent
                 env=executor.job_environment(_job_env(ex, kit) | user_env),
@@ -201,7 +215,11 @@ async def _launch(
         except Exception as exc:  # its own bug or a cancelled write's: the outcome goes on
             log.warning("output of job=%d not shipped (%r); see %s", claim.job_id, exc, log_path)
     if ex.provenance is not None:
-        if (finished.reason or "").startswith("launch failed"):
+        if isinstance(command, list):
+            finished = _steps_ended(ex.provenance, finished)
+        if (finished.reason or "").startswith("launch failed") and "failed_input" not in (
+            ex.provenance
+        ):
             ex.provenance["failed_input"] = "command"
         if op.evidence.reports and finished.outcome is not None:
             ex.provenance["tests"] = await asyncio.to_thread(
@@ -247,3 +265,39 @@ def _job_env(ex: Execution, kit: Toolkit) -> dict[str, str]:
     if trace := ex.traceparent:  # the W3C name, which tracing libraries read to continue
         env["TRACEPARENT"] = trace
     return env
+
+
+async def _steps(
+    tree: Path, op: Operation, relative: str, facts: dict[str, Any]
+) -> list[str] | str | None:
+    """The commit's steps as one argv; None when it has no such file (the operation's
+    command runs), or why it is refused (a reason its verdict, an error, carries)."""
+    planned = await asyncio.to_thread(
+        steps.plan, tree, relative, cap_s=op.timeout_s, grace_s=executor.STOP_GRACE_S
+    )
+    if planned is None:
+        facts["steps"] = {"file": relative, "absent": True}
+        return None
+    if isinstance(planned, steps.Refused):
+        facts |= {"failed_input": "steps", "steps": {**planned.facts, "refused": planned.reason}}
+        return f"steps refused: {planned.reason}"
+    facts["steps"] = planned.facts
+    return planned.argv
+
+
+def _steps_ended(facts: dict[str, Any], finished: executor.Finished) -> executor.Finished:
+    """What the last `fleetq-step` line says, in the provenance and the outcome: a step
+    that could not start (no such program, no such directory) is a failed input, an
+    error; one that timed out failed by its timeout, as the whole run's would."""
+    how = steps.ended(finished.log_tail)
+    if how is None or finished.outcome is None:
+        return finished
+    facts.setdefault("steps", {}).update(how)
+    what = how["how"]
+    if what.startswith("not run: "):
+        facts["failed_input"] = "tool" if what.endswith(" not found") else "step"
+        reason = f"launch failed: step {how['step']}: {what.removeprefix('not run: ')}"
+        return replace(finished, reason=reason)
+    if what.startswith("timed out"):
+        return replace(finished, reason="timeout")
+    return finished

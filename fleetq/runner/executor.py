@@ -116,7 +116,7 @@ def job_environment(extra: dict[str, str]) -> dict[str, str]:
 
 
 async def run_command(
-    command: str,
+    command: str | list[str],
     *,
     cwd: Path,
     env: dict[str, str],
@@ -129,7 +129,8 @@ async def run_command(
     user: JobUser | None = None,
     limits: Limits | None = None,
 ) -> Finished:
-    """Run a command to its end, its timeout, or a stop request (as `user`, if given).
+    """Run a command (a string split into words like a shell would, or an argv) to its
+    end, its timeout, or a stop request (as `user`, if given).
 
     With `status_file` (adopt mode) the command runs under `fleetq.runner.wrap`, which
     records its exit status there, and it is not tied to the runner's life: a restarted
@@ -138,7 +139,7 @@ async def run_command(
     if stop.is_set():  # asked to stop before it ever ran: launch nothing
         return Finished(None, reason="stopped before launch")
     try:
-        argv = shlex.split(command)
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
     except ValueError as exc:  # applied before commands were checked at `fleetq apply`
         return _launch_failed(log_path, f"the command cannot be split into words ({exc})")
     if not argv:
