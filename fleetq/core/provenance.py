@@ -17,21 +17,32 @@ _PARTS = ("environment", "definition", "staging", "steps", "lockfiles", "tests")
 _NOT_COMPARED = {"hash"}  # a part's hash differs whenever any of its keys does
 
 
-def tests_line(tests: dict[str, Any] | None) -> str:
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def tests_line(tests: Any) -> str:
     """ "901 passed, 0 failed, 3 skipped" (errors only when some), or "" with no reports."""
+    tests = _dict(tests)
     if not tests:
         return ""
     line = f"{tests.get('passed', 0)} passed, {tests.get('failed', 0)} failed"
     if tests.get("errors"):
         line += f", {tests['errors']} errors"
     line += f", {tests.get('skipped', 0)} skipped"
-    if tests.get("unreadable"):
-        line += f" ({len(tests['unreadable'])} unreadable)"
+    if unreadable := _list(tests.get("unreadable")):
+        line += f" ({len(unreadable)} unreadable)"
     return line
 
 
 def lines(provenance: dict[str, Any] | None) -> list[str]:
-    """What a verdict rests on, one fact a line, for a person."""
+    """What a verdict rests on, one fact a line, for a person. Written by a runner,
+    which may be another version or plain wrong: a key of another shape is left out,
+    never a reason to fail the reader (the CLI, the API, the console)."""
     if not provenance:
         return ["no provenance recorded (a runner older than fleetq 0.1 wrote it, or none ran)"]
     if "dropped" in provenance:
@@ -39,37 +50,34 @@ def lines(provenance: dict[str, Any] | None) -> list[str]:
     out: list[str] = []
     if failed := provenance.get("failed_input"):
         out.append(f"failed input: {failed}")
-    env = provenance.get("environment")
-    if isinstance(env, dict):
+    if env := _dict(provenance.get("environment")):
         out.append(
             f"runner: {env.get('runner', '?')} on {env.get('node', '?')} "
             f"(fleetq {env.get('fleetq', '?')})"
         )
         out.append(f"machine: {env.get('os', '?')}, {env.get('kernel', '?')} {env.get('arch', '')}")
-        for command, answer in sorted((env.get("tools") or {}).items()):
+        for command, answer in sorted(_dict(env.get("tools")).items()):
             out.append(f"tool: {command} → {answer}")
-    staging = provenance.get("staging")
-    if isinstance(staging, dict):
+    if staging := _dict(provenance.get("staging")):
         if "failed" in staging:
             out.append(f"staging: failed: {staging['failed']}")
         else:
             out.append(
                 f"staging: mirror {staging.get('mirror', '?')}, tree {staging.get('tree', '?')}"
             )
-    steps = provenance.get("steps")
-    if isinstance(steps, dict):
+    if steps := _dict(provenance.get("steps")):
         out.append(_steps_line(steps))
-    for name, digest in sorted((provenance.get("lockfiles") or {}).items()):
+    for name, digest in sorted(_dict(provenance.get("lockfiles")).items()):
         out.append(f"lockfile: {name} {digest}")
-    definition = provenance.get("definition")
-    if isinstance(definition, dict):
+    if definition := _dict(provenance.get("definition")):
         what = definition.get("command") or definition.get("handler") or "?"
+        if steps and not steps.get("absent"):  # the command did not run: the steps did
+            what = f"the steps of {steps.get('file', '?')} (without it: {what})"
         out.append(f"operation: {what} (timeout {definition.get('timeout_s', '?')} s)")
-    tests = provenance.get("tests")
-    if isinstance(tests, dict):
+    if tests := _dict(provenance.get("tests")):
         out.append(f"tests: {tests_line(tests)}")
-        out.extend(f"failing: {name}" for name in tests.get("failing", []))
-        out.extend(f"report: {why}" for why in tests.get("unreadable", []))
+        out.extend(f"failing: {name}" for name in _list(tests.get("failing")))
+        out.extend(f"report: {why}" for why in _list(tests.get("unreadable")))
     return out
 
 
@@ -79,8 +87,8 @@ def _steps_line(steps: dict[str, Any]) -> str:
     if steps.get("absent"):
         return f"steps: the operation's command ({where} absent at this commit)"
     line = f"steps: {where} sha256:{str(steps.get('sha256', '?'))[:12]}"
-    if names := steps.get("names"):
-        line += f" ({', '.join(names)})"
+    if names := _list(steps.get("names")):
+        line += f" ({', '.join(map(str, names))})"
     if refused := steps.get("refused"):
         return f"{line}: refused: {refused}"
     if how := steps.get("how"):

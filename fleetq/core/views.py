@@ -173,6 +173,7 @@ class JobDetail(_View):
     lease_seconds: int
     output: str | None  # the recorded log tail, untrusted text
     provenance: dict[str, Any] | None = None  # what its verdict rests on (core/provenance.py)
+    flaky: list[str] = []  # tests that failed, then passed, at its check (views_job_flaky)
     runs_output: list[job_output.RunOutput] = []  # the newest shipped output, by run
     max_attempts: int = 1  # its operation's retry policy (1: no retries)
     reassignment_cap: int | None = None  # the fleet's, shared by expiries and self-fences
@@ -240,6 +241,7 @@ async def job_detail(driver: Driver, job_id: JobId, *, at: datetime | None = Non
         lease_seconds=int(lease["lease_seconds"]),
         output=str(output[0]["log_tail"]) if output else None,
         provenance=output[0]["provenance"] if output else None,
+        flaky=[r["test"] for r in await driver.fetch(queries.sql("views_job_flaky"), job_id)],
         runs_output=await job_output.newest(driver, job_id),
         max_attempts=int(budgets[0]["max_attempts"]) if budgets else 1,
         reassignment_cap=int(budgets[0]["reassignment_cap"]) if budgets else None,

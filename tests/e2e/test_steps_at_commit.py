@@ -117,6 +117,7 @@ def test_commits_with_and_without_their_own_steps(
     assert states[steps] == "succeeded", result(steps)
     _code, out = _cli(fleet_dsn, "-v", "result", "repo", steps)
     assert "7 passed, 0 failed, 0 skipped" in out, out
+    assert "operation: the steps of .fleetq/checks.toml (without it: python3 -c" in out, out
     assert re.search(
         r"steps: \.fleetq/checks\.toml sha256:[0-9a-f]{12} \(lint, test\); "
         r"step 2/2 test: passed",

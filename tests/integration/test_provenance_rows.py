@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from fleetq.core import leasing, producer
+from fleetq.console.views.detail import head_text
+from fleetq.core import leasing, producer, views
 from fleetq.core.db import SyncConnection
 from fleetq.core.driver import Driver
 from fleetq.core.errors import StaleLease
-from fleetq.core.models import Outcome, OutcomeReport, RunnerId
+from fleetq.core.models import JobId, Outcome, OutcomeReport, RunnerId
 from tests import fleet
 from tests.integration.conftest import Cli
 
@@ -154,6 +155,7 @@ async def test_a_test_that_failed_then_passed_at_one_commit_is_flaky(
     red = _facts()
     red["tests"] = {"passed": 900, "failed": 1, "skipped": 3, "reports": 1, "failing": ["t::a"]}
     job, token = await _claimed(driver, runner)
+    first = job
     failed = OutcomeReport(
         job_id=job, lease_version=token, outcome=Outcome.FAILED, exit_code=1, provenance=red
     )
@@ -172,3 +174,37 @@ async def test_a_test_that_failed_then_passed_at_one_commit_is_flaky(
     )
     _, out, _ = cli("stats")
     assert "flaky tests (failed, then passed at the same commit)" in out and "t::a" in out
+    # the console's job detail flags it, on either verdict of the check
+    for shown in (first, job):
+        detail = await views.job_detail(driver, JobId(shown))
+        assert detail.flaky == ["t::a"], detail.flaky
+        head = head_text(detail, detail.now).plain
+        assert "flaky at this commit: t::a (failed, then passed)" in head, head
+
+
+async def test_provenance_of_another_shape_is_read_without_failing_the_reader(
+    driver: Driver, sync_conn: SyncConnection, cli: Cli
+) -> None:
+    """A runner of another version, or a wrong one, may send any JSON object: the
+    readers (result -v, stats, the console) leave out what they cannot read."""
+    runner = await fleet.runner(driver, capabilities=("browser",))
+    odd = {
+        "environment": {"tools": ["not", "a", "map"], "runner": 7},
+        "steps": {"names": "lint", "sha256": 12},
+        "lockfiles": "uv.lock",
+        "tests": {"reports": "many", "failing": {"t": 1}, "unreadable": 3},
+    }
+    job, token = await _claimed(driver, runner)
+    red = {**odd, "tests": {"failing": ["t::odd"], "unreadable": 3}}
+    failed = OutcomeReport(
+        job_id=job, lease_version=token, outcome=Outcome.FAILED, exit_code=1, provenance=red
+    )
+    await leasing.complete(driver, runner=runner, outcome=failed)
+    later, token = await _claimed(driver, runner)
+    await leasing.complete(driver, runner=runner, outcome=_report(later, token, odd))
+    code, out, err = cli("-v", "result", "tools", COMMIT)
+    assert code == 0 and "runner: 7 on ?" in out, out + err
+    code, out, err = cli("stats")
+    assert code == 0 and "flaky" not in out, out + err  # "many" reports are no count
+    detail = await views.job_detail(driver, JobId(job))
+    assert detail.flaky == [] and "runner: 7" in head_text(detail, detail.now).plain

@@ -255,6 +255,9 @@ def head_text(detail: JobDetail, now: datetime) -> Text:
     if detail.provenance is not None:
         head.append("\nverdict rests on: ", style="bold")
         head.append(plain("; ".join(provenance.lines(detail.provenance)[:PROVENANCE_LINES])))
+    if detail.flaky:
+        head.append("\nflaky at this commit: ", style="bold magenta")
+        head.append(plain(", ".join(detail.flaky)) + " (failed, then passed)")
     return head
 
 

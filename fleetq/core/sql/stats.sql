@@ -113,7 +113,9 @@ FROM (SELECT v.project, v.commit_sha, v.operation, v.job_id,
 JOIN fleetq.verdicts p
   ON p.project = f.project AND p.commit_sha = f.commit_sha AND p.operation = f.operation
  AND p.job_id > f.job_id AND p.verdict = 'passed'
- AND (p.provenance -> 'tests' ->> 'reports')::int > 0
+ -- as written by a runner: a count of another shape is no count (never a failed cast)
+ AND CASE WHEN jsonb_typeof(p.provenance -> 'tests' -> 'reports') = 'number'
+          THEN (p.provenance -> 'tests' ->> 'reports')::numeric > 0 ELSE false END
 GROUP BY f.project, f.operation, f.test
 ORDER BY commits DESC, last_passed_at DESC, f.test
 LIMIT $2::integer;

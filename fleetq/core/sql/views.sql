@@ -161,6 +161,27 @@ SELECT coalesce((o.retry->>'max_attempts')::integer, 1) AS max_attempts,
 FROM fleetq.jobs j JOIN fleetq.operations o ON o.project = j.project AND o.name = j.operation
 WHERE j.id = $1::bigint;
 
+-- name: views_job_flaky
+-- Tests flaky at this job's check (issue 47): named failing by a verdict of its project,
+-- commit and operation that a later verdict of the same passed, its reports read
+-- (stats_flaky, for one check; verdicts_by_check finds them). $1 job
+SELECT DISTINCT f.test
+FROM fleetq.jobs j
+CROSS JOIN LATERAL (
+    SELECT v.job_id, jsonb_array_elements_text(v.provenance -> 'tests' -> 'failing') AS test
+    FROM fleetq.verdicts v
+    WHERE v.project = j.project AND v.commit_sha = j.commit_sha AND v.operation = j.operation
+      AND jsonb_typeof(v.provenance -> 'tests' -> 'failing') = 'array') f
+WHERE j.id = $1::bigint
+  AND EXISTS (SELECT 1 FROM fleetq.verdicts p
+              WHERE p.project = j.project AND p.commit_sha = j.commit_sha
+                AND p.operation = j.operation AND p.job_id > f.job_id AND p.verdict = 'passed'
+                AND CASE WHEN jsonb_typeof(p.provenance -> 'tests' -> 'reports') = 'number'
+                         THEN (p.provenance -> 'tests' ->> 'reports')::numeric > 0
+                         ELSE false END)
+ORDER BY f.test
+LIMIT 50;
+
 -- name: views_job_output
 -- The recorded output tail of a job: its own verdict (one per job, migration 0011), and
 -- what that verdict rests on (0041). $1 job
