@@ -129,8 +129,9 @@ def _asks_for_more(raw: dict[str, Any], cap_s: int) -> str | None:
                 f"step {name!r} asks for timeout_seconds = {asked}; "
                 f"the operation allows at most {cap_s}"
             )
-        for key in step.get("env") or {}:
-            if isinstance(key, str) and key.upper().startswith("FLEETQ_"):
+        env = step.get("env")
+        for key in env if isinstance(env, dict) else {}:
+            if key.upper().startswith("FLEETQ_"):
                 return f"step {name!r} sets {key}: the runner sets FLEETQ_ variables"
     return None
 

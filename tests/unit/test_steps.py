@@ -66,6 +66,8 @@ def test_a_commit_without_the_file_runs_the_operation_s_command(tmp_path: Path) 
         ('[[steps]]\ncommand = "make \'unclosed"\n', "cannot be split into words"),
         ('[[steps]]\ncommand = "make"\nshell = "bash"\n', "steps.0.shell: Extra inputs"),
         ("steps = []\n", "steps: List should have at least 1 item"),
+        ('[[steps]]\ncommand = "make"\nenv = 5\n', "steps.0.env: Input should be a valid dict"),
+        ('steps = ["make"]\n', "steps.0: Input should be a valid dictionary"),
         ("[[steps\n", "not TOML"),
     ],
 )
