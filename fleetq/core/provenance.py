@@ -71,7 +71,7 @@ def lines(provenance: dict[str, Any] | None) -> list[str]:
         out.append(f"lockfile: {name} {digest}")
     if definition := _dict(provenance.get("definition")):
         what = definition.get("command") or definition.get("handler") or "?"
-        if steps and not steps.get("absent"):  # the command did not run: the steps did
+        if steps.get("names") and not steps.get("refused"):  # the steps ran, not the command
             what = f"the steps of {steps.get('file', '?')} (without it: {what})"
         out.append(f"operation: {what} (timeout {definition.get('timeout_s', '?')} s)")
     if tests := _dict(provenance.get("tests")):

@@ -289,7 +289,7 @@ def _steps_ended(facts: dict[str, Any], finished: executor.Finished) -> executor
     """What the last `fleetq-step` line says, in the provenance and the outcome: a step
     that could not start (no such program, no such directory) is a failed input, an
     error; one that timed out failed by its timeout, as the whole run's would."""
-    how = steps.ended(finished.log_tail)
+    how = steps.ended(finished.log_tail, exit_code=finished.exit_code, signal=finished.signal)
     if how is None or finished.outcome is None:
         return finished
     facts.setdefault("steps", {}).update(how)

@@ -195,7 +195,7 @@ async def test_provenance_of_another_shape_is_read_without_failing_the_reader(
         "tests": {"reports": "many", "failing": {"t": 1}, "unreadable": 3},
     }
     job, token = await _claimed(driver, runner)
-    red = {**odd, "tests": {"failing": ["t::odd"], "unreadable": 3}}
+    red = {**odd, "tests": {"failing": [None, 7, {"t": 1}, "t::odd"], "unreadable": 3}}
     failed = OutcomeReport(
         job_id=job, lease_version=token, outcome=Outcome.FAILED, exit_code=1, provenance=red
     )
@@ -206,5 +206,11 @@ async def test_provenance_of_another_shape_is_read_without_failing_the_reader(
     assert code == 0 and "runner: 7 on ?" in out, out + err
     code, out, err = cli("stats")
     assert code == 0 and "flaky" not in out, out + err  # "many" reports are no count
+    passed = {**odd, "tests": {"reports": 1}}
+    again, token = await _claimed(driver, runner)
+    await leasing.complete(driver, runner=runner, outcome=_report(again, token, passed))
+    code, out, err = cli("stats", "--json")
+    flaky = [(f["test"], f["commits"]) for f in json.loads(out)["flaky"]]
+    assert code == 0 and flaky == [("t::odd", 1)], out + err  # only the names that are names
     detail = await views.job_detail(driver, JobId(job))
-    assert detail.flaky == [] and "runner: 7" in head_text(detail, detail.now).plain
+    assert detail.flaky == ["t::odd"] and "runner: 7" in head_text(detail, detail.now).plain

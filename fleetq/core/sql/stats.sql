@@ -105,10 +105,14 @@ HAVING $1::text IS NOT NULL;
 -- $1 project (NULL: all), $2 at most this many
 SELECT f.project, f.operation, f.test, count(DISTINCT f.commit_sha) AS commits,
        max(p.recorded_at) AS last_passed_at
-FROM (SELECT v.project, v.commit_sha, v.operation, v.job_id,
-             jsonb_array_elements_text(v.provenance -> 'tests' -> 'failing') AS test
+FROM (SELECT v.project, v.commit_sha, v.operation, v.job_id, e #>> '{}' AS test
       FROM fleetq.verdicts v
+      -- as written by a runner: only a list's strings are test names
+      CROSS JOIN LATERAL jsonb_array_elements(
+          CASE WHEN jsonb_typeof(v.provenance -> 'tests' -> 'failing') = 'array'
+               THEN v.provenance -> 'tests' -> 'failing' ELSE '[]' END) e
       WHERE jsonb_typeof(v.provenance -> 'tests' -> 'failing') = 'array'
+        AND jsonb_typeof(e) = 'string'
         AND ($1::text IS NULL OR v.project = $1::text)) f
 JOIN fleetq.verdicts p
   ON p.project = f.project AND p.commit_sha = f.commit_sha AND p.operation = f.operation

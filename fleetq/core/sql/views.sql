@@ -168,10 +168,14 @@ WHERE j.id = $1::bigint;
 SELECT DISTINCT f.test
 FROM fleetq.jobs j
 CROSS JOIN LATERAL (
-    SELECT v.job_id, jsonb_array_elements_text(v.provenance -> 'tests' -> 'failing') AS test
+    SELECT v.job_id, e #>> '{}' AS test
     FROM fleetq.verdicts v
+    CROSS JOIN LATERAL jsonb_array_elements(
+        CASE WHEN jsonb_typeof(v.provenance -> 'tests' -> 'failing') = 'array'
+             THEN v.provenance -> 'tests' -> 'failing' ELSE '[]' END) e
     WHERE v.project = j.project AND v.commit_sha = j.commit_sha AND v.operation = j.operation
-      AND jsonb_typeof(v.provenance -> 'tests' -> 'failing') = 'array') f
+      AND jsonb_typeof(v.provenance -> 'tests' -> 'failing') = 'array'
+      AND jsonb_typeof(e) = 'string') f
 WHERE j.id = $1::bigint
   AND EXISTS (SELECT 1 FROM fleetq.verdicts p
               WHERE p.project = j.project AND p.commit_sha = j.commit_sha
