@@ -30,6 +30,8 @@ def tests_line(tests: Any) -> str:
     tests = _dict(tests)
     if not tests:
         return ""
+    if tests.get("reports") == 0:  # none written: no count is 0 passed
+        return "no report"
     line = f"{tests.get('passed', 0)} passed, {tests.get('failed', 0)} failed"
     if tests.get("errors"):
         line += f", {tests['errors']} errors"

@@ -139,6 +139,7 @@ def test_commits_with_and_without_their_own_steps(
     assert "step fmt: no-such-tool-47 not found" in str(missing["reason"]), missing
     _code, out = _cli(fleet_dsn, "-v", "result", "repo", tool)
     assert "failed input: tool" in out, out
+    assert re.search(r"step fmt: no-such-tool-47 not found +no report", out), out  # not "0 passed"
 
     # a failing step fails the check and stops the steps after it
     red = result(failing)
