@@ -117,15 +117,22 @@ async def _run_command(
             provenance.lockfiles, tree, op.evidence.lockfiles
         )
     command: str | list[str] = op.command or ""
-    if op.evidence.steps_from is not None:
-        planned = await _steps(tree, op, op.evidence.steps_from, facts)
-        if isinstance(planned, str):
-            failed = executor.Finished(Outcome.FAILED, reason=planned, log_tail=planned)
-            await record(ex, kit, failed)
+    if (relative := op.evidence.steps_from) is not None:
+        # the commit's own steps when it has the file (steps.py); the command when not
+        planned = await asyncio.to_thread(
+            steps.plan, tree, relative, cap_s=op.timeout_s, grace_s=executor.STOP_GRACE_S
+        )
+        facts["steps"] = {"file": relative, "absent": True} if planned is None else planned.facts
+        if isinstance(planned, steps.Refused):
+            facts["failed_input"] = "steps"
+            facts["steps"]["refused"] = planned.reason
+            why = f"steps refused: {planned.reason}"
+            await record(ex, kit, executor.Finished(Outcome.FAILED, reason=why, log_tail=why))
             if not kit.keep_failed:
                 kit.staging.discard(tree)
             return
-        command = planned or command
+        if planned is not None:
+            command = planned.argv
     user_env: dict[str, str] = {}
     if user is not None:
         user_env = user.environment(await asyncio.to_thread(_give, kit, tree, user))
@@ -217,10 +224,8 @@ async def _launch(
     if ex.provenance is not None:
         if isinstance(command, list):
             finished = _steps_ended(ex.provenance, finished)
-        if (finished.reason or "").startswith("launch failed") and "failed_input" not in (
-            ex.provenance
-        ):
-            ex.provenance["failed_input"] = "command"
+        if (finished.reason or "").startswith("launch failed"):
+            ex.provenance.setdefault("failed_input", "command")  # a step's: named above
         if op.evidence.reports and finished.outcome is not None:
             ex.provenance["tests"] = await asyncio.to_thread(
                 testreports.read, tree, op.evidence.reports
@@ -265,24 +270,6 @@ def _job_env(ex: Execution, kit: Toolkit) -> dict[str, str]:
     if trace := ex.traceparent:  # the W3C name, which tracing libraries read to continue
         env["TRACEPARENT"] = trace
     return env
-
-
-async def _steps(
-    tree: Path, op: Operation, relative: str, facts: dict[str, Any]
-) -> list[str] | str | None:
-    """The commit's steps as one argv; None when it has no such file (the operation's
-    command runs), or why it is refused (a reason its verdict, an error, carries)."""
-    planned = await asyncio.to_thread(
-        steps.plan, tree, relative, cap_s=op.timeout_s, grace_s=executor.STOP_GRACE_S
-    )
-    if planned is None:
-        facts["steps"] = {"file": relative, "absent": True}
-        return None
-    if isinstance(planned, steps.Refused):
-        facts |= {"failed_input": "steps", "steps": {**planned.facts, "refused": planned.reason}}
-        return f"steps refused: {planned.reason}"
-    facts["steps"] = planned.facts
-    return planned.argv
 
 
 def _steps_ended(facts: dict[str, Any], finished: executor.Finished) -> executor.Finished:

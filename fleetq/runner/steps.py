@@ -116,10 +116,10 @@ def plan(tree: Path, relative: str, *, cap_s: int, grace_s: float) -> Plan | Ref
         if (why := _unrunnable(tree, step, name, cap_s)) is not None:
             return Refused(f"{relative}: {why}", facts)
     text = script(declared.steps, names, cap_s, grace_s)
-    if len(text.encode()) > MAX_SCRIPT_BYTES:
-        size = f"{len(text.encode()) // 1024} KiB"
+    if (size := len(text.encode())) > MAX_SCRIPT_BYTES:
         return Refused(
-            f"{relative}: its steps make a {size} script, over {MAX_SCRIPT_BYTES // 1024} KiB",
+            f"{relative}: its steps make a {size // 1024} KiB script, "
+            f"over {MAX_SCRIPT_BYTES // 1024} KiB",
             facts,
         )
     return Plan(["/bin/sh", "-c", text, MARK], facts)

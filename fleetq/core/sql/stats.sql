@@ -111,8 +111,7 @@ FROM (SELECT v.project, v.commit_sha, v.operation, v.job_id, e #>> '{}' AS test
       CROSS JOIN LATERAL jsonb_array_elements(
           CASE WHEN jsonb_typeof(v.provenance -> 'tests' -> 'failing') = 'array'
                THEN v.provenance -> 'tests' -> 'failing' ELSE '[]' END) e
-      WHERE jsonb_typeof(v.provenance -> 'tests' -> 'failing') = 'array'
-        AND jsonb_typeof(e) = 'string'
+      WHERE jsonb_typeof(e) = 'string'
         AND ($1::text IS NULL OR v.project = $1::text)) f
 JOIN fleetq.verdicts p
   ON p.project = f.project AND p.commit_sha = f.commit_sha AND p.operation = f.operation

@@ -174,7 +174,6 @@ CROSS JOIN LATERAL (
         CASE WHEN jsonb_typeof(v.provenance -> 'tests' -> 'failing') = 'array'
              THEN v.provenance -> 'tests' -> 'failing' ELSE '[]' END) e
     WHERE v.project = j.project AND v.commit_sha = j.commit_sha AND v.operation = j.operation
-      AND jsonb_typeof(v.provenance -> 'tests' -> 'failing') = 'array'
       AND jsonb_typeof(e) = 'string') f
 WHERE j.id = $1::bigint
   AND EXISTS (SELECT 1 FROM fleetq.verdicts p
